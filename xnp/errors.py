@@ -1,0 +1,55 @@
+"""The xnp exception and warning hierarchy.
+
+Every error that xnp raises on purpose derives from :class:`XnpError`, so a caller
+can catch everything xnp complains about with one ``except`` clause, and each
+subclass also derives from the matching built-in exception (``ValueError``,
+``KeyError``, ...) so that generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CoordinateError",
+    "DimensionError",
+    "EmptyDataError",
+    "IncompatibleUnitsError",
+    "ShapeError",
+    "XnpError",
+    "XnpWarning",
+]
+
+
+class XnpError(Exception):
+    """Base class of every error raised by xnp."""
+
+
+class ConfigError(XnpError, ValueError):
+    """A model, task or training configuration holds an invalid value."""
+
+
+class ShapeError(XnpError, ValueError):
+    """Arrays passed to a model or layer have incompatible shapes or ranks."""
+
+
+class CoordinateError(XnpError, KeyError):
+    """A coordinate (latitude, longitude, time, ...) is missing or invalid."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class DimensionError(XnpError, ValueError):
+    """A dimension is missing, unexpected, or has the wrong size."""
+
+
+class EmptyDataError(XnpError, ValueError):
+    """There is nothing to work on, e.g. every value is missing."""
+
+
+class IncompatibleUnitsError(XnpError, ValueError):
+    """Two inputs that must share units do not."""
+
+
+class XnpWarning(UserWarning):
+    """Base class of every warning emitted by xnp."""

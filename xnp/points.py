@@ -1,0 +1,130 @@
+"""The padded point-set pytree that every model consumes.
+
+A :class:`Points` holds a batch of point sets padded to a common size ``N``,
+with a boolean ``mask`` marking the real points.  It is a JAX pytree, so it can be
+passed straight through ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xnp.errors import ShapeError
+
+__all__ = ["Points"]
+
+Array = jax.Array | np.ndarray
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Points:
+    """A batch of padded point sets.
+
+    Parameters
+    ----------
+    s : array, shape ``[B, N, S]``
+        Spatial location: latitude and longitude in degrees (``S = 2``) for the
+        great-circle geometry, or planar coordinates for the Euclidean one.
+    t : array, shape ``[B, N, 1]``
+        Time in hours relative to the task's reference time.
+    x : array, shape ``[B, N, Dx]``
+        Normalised fixed effects (covariates); ``Dx`` may be 0.
+    f : array, shape ``[B, N, Dy]``
+        Normalised values; zeros for targets.
+    mask : bool array, shape ``[B, N]``
+        True where a point is real, False for padding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p = Points.from_arrays(s=np.zeros((1, 3, 2)), f=np.ones((1, 3, 1)))
+    >>> p.batch_size, p.size, p.mask.all()
+    (1, 3, Array(True, dtype=bool))
+    """
+
+    s: Array
+    t: Array
+    x: Array
+    f: Array
+    mask: Array
+
+    @classmethod
+    def from_arrays(
+        cls,
+        s: Array,
+        *,
+        t: Array | None = None,
+        x: Array | None = None,
+        f: Array | None = None,
+        mask: Array | None = None,
+        dim_y: int = 1,
+        dtype: jnp.dtype = jnp.float32,
+    ) -> Points:
+        """Build :class:`Points` from arrays, filling the optional fields.
+
+        Missing ``t`` becomes zeros, missing ``x`` an empty ``[B, N, 0]`` array,
+        missing ``f`` zeros with ``dim_y`` channels, missing ``mask`` all True.
+        Shapes are checked; a mismatch raises :class:`xnp.errors.ShapeError`.
+        """
+        s = jnp.asarray(s, dtype)
+        if s.ndim != 3:
+            raise ShapeError(f"`s` must have shape [B, N, S]; got shape {s.shape}.")
+        b, n = s.shape[:2]
+        t = jnp.zeros((b, n, 1), dtype) if t is None else jnp.asarray(t, dtype)
+        x = jnp.zeros((b, n, 0), dtype) if x is None else jnp.asarray(x, dtype)
+        f = jnp.zeros((b, n, dim_y), dtype) if f is None else jnp.asarray(f, dtype)
+        mask = jnp.ones((b, n), bool) if mask is None else jnp.asarray(mask, bool)
+        points = cls(s=s, t=t, x=x, f=f, mask=mask)
+        points.validate()
+        return points
+
+    @property
+    def batch_size(self) -> int:
+        """Number of point sets ``B``."""
+        return int(self.s.shape[0])
+
+    @property
+    def size(self) -> int:
+        """Padded number of points ``N``."""
+        return int(self.s.shape[1])
+
+    def validate(self) -> None:
+        """Raise :class:`xnp.errors.ShapeError` unless all fields agree on ``[B, N]``."""
+        lead = self.s.shape[:2]
+        for name in ("t", "x", "f"):
+            arr = getattr(self, name)
+            if arr.ndim != 3 or arr.shape[:2] != lead:
+                raise ShapeError(
+                    f"Points.{name} must have shape [B, N, D] with [B, N] = {list(lead)} "
+                    f"(from `s`); got shape {tuple(arr.shape)}."
+                )
+        if self.t.shape[-1] != 1:
+            raise ShapeError(f"Points.t must have one channel; got shape {tuple(self.t.shape)}.")
+        if self.mask.shape != lead:
+            raise ShapeError(
+                f"Points.mask must have shape {list(lead)}; got {tuple(self.mask.shape)}."
+            )
+
+    def replace(self, **changes: Array) -> Points:
+        """Return a copy with some fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+    def slice(self, start: int, stop: int) -> Points:
+        """Return the points ``start:stop`` along the point axis."""
+        return jax.tree.map(lambda a: a[:, start:stop], self)
+
+    def pad_to(self, n: int) -> Points:
+        """Pad the point axis to length ``n`` with masked points (zeros)."""
+        extra = n - self.size
+        if extra < 0:
+            raise ShapeError(f"Cannot pad {self.size} points down to {n}.")
+        if extra == 0:
+            return self
+        return jax.tree.map(
+            lambda a: jnp.pad(a, [(0, 0), (0, extra)] + [(0, 0)] * (a.ndim - 2)), self
+        )
