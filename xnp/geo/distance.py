@@ -86,7 +86,9 @@ def great_circle_distance(
     """Great-circle distance between points given in degrees, in units of ``radius``.
 
     With the default radius the result is in kilometres.  Inputs broadcast
-    against each other.  Longitudes need not be wrapped: ``x`` and ``x + 360`` give
+    against each other.  The formula works on coordinate differences, so it keeps
+    float32 inputs' own resolution for nearby points, and on an ``atan2``, so it is
+    accurate up to antipodal points.  Longitudes need not be wrapped: ``x`` and ``x + 360`` give
     the same distance.
 
     Examples
@@ -96,7 +98,20 @@ def great_circle_distance(
     >>> round(float(great_circle_distance(51.5, -0.13, 48.86, 2.35)))  # London–Paris
     342
     """
-    return radius * central_angle_xyz(latlon_to_xyz(lat1, lon1), latlon_to_xyz(lat2, lon2))
+    phi1, phi2 = jnp.deg2rad(jnp.asarray(lat1)), jnp.deg2rad(jnp.asarray(lat2))
+    # differences first, in degrees: exact for nearby points (no cancellation later)
+    dphi = jnp.deg2rad(jnp.asarray(lat2) - jnp.asarray(lat1))
+    dlam = jnp.deg2rad(jnp.asarray(lon2) - jnp.asarray(lon1))
+    cos1, cos2 = jnp.cos(phi1), jnp.cos(phi2)
+    half = jnp.sin(0.5 * dlam)
+    h = 2.0 * half * half  # 1 - cos Δλ, without cancellation
+    # Vincenty's atan2 form, with cos φ1 sin φ2 - sin φ1 cos φ2 cos Δλ and
+    # sin φ1 sin φ2 + cos φ1 cos φ2 cos Δλ rewritten around Δφ so that both stay
+    # accurate for tiny separations; atan2 keeps antipodes accurate.
+    north = jnp.sin(dphi) + jnp.sin(phi1) * cos2 * h
+    east = cos2 * jnp.sin(dlam)
+    across = jnp.cos(dphi) - cos1 * cos2 * h
+    return radius * jnp.arctan2(jnp.sqrt(east * east + north * north), across)
 
 
 def squared_euclidean_distance(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -1,0 +1,147 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from xnp.errors import ConfigError, ShapeError
+from xnp.nn.attention import _chunk_size, biased_scan_attention, dense_attention
+
+B, H, D = 2, 2, 8
+
+
+def make_inputs(nq, nk, *, seed=0, dv=D):
+    ks = jax.random.split(jax.random.key(seed), 6)
+    q = jax.random.normal(ks[0], (B, nq, H, D))
+    k = jax.random.normal(ks[1], (B, nk, H, D))
+    v = jax.random.normal(ks[2], (B, nk, H, dv))
+    q_feats = {"s": jax.random.normal(ks[3], (B, nq, 2)), "id": jnp.zeros((B, nq), jnp.int32)}
+    k_feats = {"s": jax.random.normal(ks[4], (B, nk, 2)), "id": jnp.ones((B, nk), jnp.int32)}
+    mask = jax.random.bernoulli(ks[5], 0.7, (B, nk))
+    return q, k, v, q_feats, k_feats, mask
+
+
+def rbf_bias(a, b):
+    """A bias function with learnable (a, b) closed over, as the models use it."""
+
+    def bias_fn(qf, kf):
+        d2 = jnp.sum((qf["s"][:, :, None, :] - kf["s"][:, None, :, :]) ** 2, axis=-1)
+        z = d2[:, None]
+        return a[None, :, None, None] * jnp.exp(-b[None, :, None, None] * z)
+
+    return bias_fn
+
+
+A0, B0 = jnp.array([1.0, -0.5]), jnp.array([0.5, 2.0])
+
+
+def run(attn, q, k, v, a, b, sq, sk, *, qf_int, kf_int, mask, use_bias, chunks):
+    kwargs = dict(k_mask=mask, q_chunk=chunks[0], k_chunk=chunks[1])
+    if use_bias:
+        kwargs.update(
+            bias_fn=rbf_bias(a, b), q_feats={"s": sq, "id": qf_int}, k_feats={"s": sk, "id": kf_int}
+        )
+    out = attn(q, k, v, **kwargs)
+    return jnp.sum(jnp.sin(out) * out), out
+
+
+@pytest.mark.parametrize(
+    ("nq", "nk", "chunks"),
+    [(64, 48, (16, 16)), (50, 37, (16, 16)), (33, 70, (64, 64))],
+    ids=["multiple", "ragged", "single-tile"],
+)
+@pytest.mark.parametrize("use_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("use_mask", [True, False], ids=["mask", "nomask"])
+def test_bsa_matches_dense_values_and_gradients(nq, nk, chunks, use_bias, use_mask):
+    q, k, v, qf, kf, mask = make_inputs(nq, nk)
+    mask = mask if use_mask else None
+    results = []
+    for attn in (biased_scan_attention, dense_attention):
+
+        def loss(q, k, v, a, b, sq, sk, attn=attn):
+            return run(attn, q, k, v, a, b, sq, sk, qf_int=qf["id"], kf_int=kf["id"],
+                       mask=mask, use_bias=use_bias, chunks=chunks)
+
+        grad = jax.jit(jax.value_and_grad(loss, argnums=range(7), has_aux=True))
+        (_, out), grads = grad(q, k, v, A0, B0, qf["s"], kf["s"])
+        results.append((out, grads))
+    (out, grads), (out_ref, grads_ref) = results
+    np.testing.assert_allclose(out, out_ref, atol=2e-6, rtol=1e-5)
+    names = ["q", "k", "v", "bias a", "bias b", "q_feats", "k_feats"]
+    for name, g, g_ref in zip(names, grads, grads_ref, strict=True):
+        scale = float(jnp.max(jnp.abs(g_ref))) or 1.0
+        np.testing.assert_allclose(g / scale, g_ref / scale, atol=2e-6, err_msg=name)
+    if use_bias:
+        assert float(jnp.abs(grads[3]).sum()) > 0  # the bias parameters really get gradient
+
+
+def test_fully_masked_queries_return_zeros_not_nan():
+    q, k, v, *_ = make_inputs(20, 30)
+    mask = jnp.ones((B, 30), bool).at[1].set(False)
+
+    def loss(q, k, v):
+        out = biased_scan_attention(q, k, v, k_mask=mask, q_chunk=8, k_chunk=8)
+        return jnp.sum(out**2), out
+
+    (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    assert not bool(jnp.isnan(out).any())
+    np.testing.assert_array_equal(out[1], 0.0)
+    assert all(bool(jnp.isfinite(g).all()) for g in grads)
+    np.testing.assert_array_equal(dense_attention(q, k, v, k_mask=mask)[1], 0.0)
+
+
+def test_value_dim_may_differ_and_dtype_is_kept():
+    q, k, v, *_ = make_inputs(10, 12, dv=5)
+    out = biased_scan_attention(q, k, v, q_chunk=4, k_chunk=4)
+    assert out.shape == (B, 10, H, 5)
+    np.testing.assert_allclose(out, dense_attention(q, k, v), atol=2e-6)
+    out16 = biased_scan_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16),
+                                  v.astype(jnp.bfloat16), q_chunk=4, k_chunk=4)
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out16.astype(jnp.float32), out, atol=5e-2)
+
+
+def test_bad_inputs_raise_clear_errors():
+    q, k, v, qf, kf, mask = make_inputs(8, 9)
+    with pytest.raises(ShapeError, match=r"\[B, N, H, D\]"):
+        biased_scan_attention(q[0], k, v)
+    with pytest.raises(ShapeError, match="k must have shape"):
+        biased_scan_attention(q, k[..., :3], v)
+    with pytest.raises(ShapeError, match="k_mask"):
+        biased_scan_attention(q, k, v, k_mask=mask[:, :4])
+    with pytest.raises(ShapeError, match="leading dims"):
+        biased_scan_attention(q, k, v, bias_fn=rbf_bias(A0, B0), q_feats={"s": qf["s"][:, :3]},
+                              k_feats=kf)
+    with pytest.raises(ShapeError, match="bias_fn must return"):
+        biased_scan_attention(q, k, v, bias_fn=lambda a, b: jnp.zeros((1, 1)), q_feats=qf,
+                              k_feats=kf)
+    with pytest.raises(ConfigError, match="without a bias_fn"):
+        biased_scan_attention(q, k, v, q_feats=qf, k_feats=kf)
+    with pytest.raises(ConfigError, match="positive"):
+        biased_scan_attention(q, k, v, q_chunk=0)
+
+
+@given(st.integers(1, 5000), st.integers(1, 2048))
+def test_chunk_size_covers_with_little_padding(n, chunk):
+    size = _chunk_size(n, chunk)
+    assert 1 <= size <= max(chunk, 1)
+    n_tiles = -(-n // size)
+    assert n_tiles == -(-n // chunk) or size == n  # never more tiles than needed
+    assert n_tiles * size - n < max(8 * n_tiles, size)  # padding below one tile
+
+
+def test_memory_stays_bounded_at_16k():
+    """Compiled forward+backward temporaries at Nq = Nk = 16384, H = 4, D = 32."""
+    spec = jax.ShapeDtypeStruct((1, 16384, 4, 32), jnp.float32)
+
+    def temp_mib(attn):
+        def loss(q, k, v):
+            return jnp.sum(attn(q, k, v))
+
+        compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(spec, spec, spec).compile()
+        return compiled.memory_analysis().temp_size_in_bytes / 2**20
+
+    bsa = temp_mib(biased_scan_attention)
+    assert bsa < 64, f"BSA forward+backward needs {bsa:.1f} MiB of temporaries"
+    assert temp_mib(dense_attention) > 1024  # the dense reference needs GiBs

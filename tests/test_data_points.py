@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given, settings
+from strategies import (
+    curvilinear_dataset,
+    grid_dataset,
+    grids,
+    hourly_times,
+    projected_dataset,
+    station_dataset,
+)
+
+import xnp
+from xnp.data.coords import VariableNotFoundError
+from xnp.data.covariates import covariate_channels, interpolate_dem
+from xnp.data.points import predictions_to_xarray, to_points
+from xnp.errors import CoordinateError, DimensionError, EmptyDataError, ShapeError
+
+
+@settings(max_examples=40, deadline=None)
+@given(grids())
+def test_grid_to_points_to_grid_round_trips_exactly(ds):
+    before = ds.copy(deep=True)
+    points = to_points(ds, "v")
+    assert len(points) == int(np.isfinite(ds.v.values).sum())
+    assert np.all((points.lon >= -180) & (points.lon < 180))
+    back = points.scatter(points.f[:, 0], name="v", attrs=ds.v.attrs)
+    xr.testing.assert_identical(back, ds.v)
+    xr.testing.assert_identical(ds, before)  # the user's data is untouched
+
+
+def test_points_of_a_grid_have_the_right_coordinates_and_times():
+    ds = grid_dataset(nt=2, ny=2, nx=3)
+    points = to_points(ds, "t2m")
+    assert points.s.shape == (12, 2)
+    assert points.dims == ("time", "lat", "lon")
+    first = ds.t2m.isel(time=1, lat=1, lon=2)
+    i = int(np.flatnonzero(points.index == 1 * 6 + 1 * 3 + 2)[0])
+    assert points.s[i].tolist() == [float(first.lat), float(first.lon)]
+    assert points.f[i, 0] == float(first)
+    assert points.time[i] - points.time[0] == 6.0
+    assert points.has_time
+
+
+def test_missing_values_are_dropped_and_all_missing_is_an_error():
+    ds = grid_dataset(nan_fraction=0.3, seed=1)
+    assert len(to_points(ds, "t2m")) == int(ds.t2m.notnull().sum())
+    assert len(to_points(ds, "t2m", dropna=False)) == ds.t2m.size
+    with pytest.raises(EmptyDataError, match="missing"):
+        to_points(ds * np.nan, "t2m")
+
+
+def test_unknown_variable_lists_the_variables():
+    with pytest.raises(VariableNotFoundError, match=r"'t2m'"):
+        to_points(grid_dataset(), "tas")
+
+
+def test_coordinates_only_targets_cover_every_location():
+    grid = xr.Dataset(coords={"lat": [50.0, 51.0], "lon": [0.0, 1.0, 2.0]})
+    points = to_points(grid)
+    assert len(points) == 6
+    assert points.f.shape == (6, 0)
+    assert not points.has_time
+
+
+def test_dataarray_input():
+    da = grid_dataset().t2m
+    assert len(to_points(da)) == da.size
+
+
+def test_extra_dims_raise_or_flatten():
+    ds = grid_dataset(nt=2).expand_dims(member=3)
+    with pytest.raises(DimensionError, match=r"member.*isel"):
+        to_points(ds, "t2m")
+    points = to_points(ds, "t2m", extra_dims="flatten")
+    assert len(points) == ds.t2m.size
+    xr.testing.assert_equal(points.scatter(points.f[:, 0]), ds.t2m.drop_attrs())
+
+
+def test_several_variables_give_several_channels():
+    ds = grid_dataset()
+    ds["u"] = ds.t2m * 0 + 1.0
+    ds["u"][0, 0, 0] = np.nan
+    points = to_points(ds, ["t2m", "u"])
+    assert points.f.shape == (ds.t2m.size - 1, 2)
+    assert points.variables == ("t2m", "u")
+
+
+def test_station_points_scatter_back_on_the_station_dim():
+    ds = station_dataset()
+    points = to_points(ds, "t2m")
+    back = points.scatter(points.f[:, 0])
+    assert back.dims == ("time", "station")
+    xr.testing.assert_identical(back.coords.to_dataset(), ds.t2m.coords.to_dataset())
+
+
+def test_curvilinear_and_projected_points():
+    curvi = to_points(curvilinear_dataset(), "sst")
+    assert len(curvi) == 20
+    assert curvi.s[0].tolist() == [40.0, -10.0]
+    proj = to_points(projected_dataset(), "t2m")
+    assert len(proj) == 6
+    assert np.all((proj.lat > 49) & (proj.lat < 56))
+
+
+def test_cftime_noleap_gives_the_same_relative_hours_and_features():
+    cf = np.asarray(
+        xr.date_range("2001-03-01", periods=4, freq="6h", calendar="noleap", use_cftime=True)
+    )
+    covariates = ["hour_of_day", "day_of_year"]
+    a = to_points(grid_dataset(nt=4, times=cf), "t2m", covariates=covariates)
+    b = to_points(
+        grid_dataset(nt=4, times=hourly_times(4, "2001-03-01")), "t2m", covariates=covariates
+    )
+    np.testing.assert_array_equal(a.time - a.time[0], b.time - b.time[0])
+    np.testing.assert_allclose(a.x, b.x, atol=1e-12)  # 2001 is not a leap year
+
+
+def test_time_covariates_have_the_expected_values():
+    times = np.array(["2019-01-01T06:00"], "datetime64[ns]")
+    ds = grid_dataset(nt=1, times=times, lon0=90.0)
+    points = to_points(ds, "t2m", covariates=["hour_of_day", "solar_time", "day_of_year"])
+    assert points.covariates == covariate_channels(["hour_of_day", "solar_time", "day_of_year"])
+    np.testing.assert_allclose(points.x[0, :2], [1.0, 0.0], atol=1e-12)  # 06 UTC
+    np.testing.assert_allclose(points.x[0, 2:4], [0.0, -1.0], atol=1e-12)  # 12 local at 90°E
+    angle = 2 * np.pi * 0.25 / 365
+    np.testing.assert_allclose(points.x[0, 4:], [np.sin(angle), np.cos(angle)])
+
+
+def test_time_covariate_without_time_is_an_error():
+    with pytest.raises(CoordinateError, match="needs a time"):
+        to_points(grid_dataset().isel(time=0, drop=True), "t2m", covariates=["day_of_year"])
+
+
+def test_elevation_from_coordinate_variable_and_user_covariate():
+    ds = station_dataset()
+    points = to_points(ds, "t2m", covariates=["elevation"])
+    station = points.index % ds.sizes["station"]
+    np.testing.assert_array_equal(points.x[:, 0], ds.elevation.values[station])
+    grid = grid_dataset()
+    grid["orog"] = (("lat", "lon"), np.full((5, 6), 1.5), {"units": "km"})
+    grid["soil"] = (("lat", "lon"), np.arange(30.0).reshape(5, 6))
+    points = to_points(grid, "t2m", covariates=["elevation", "soil"])
+    assert points.covariates == ("elevation", "soil")
+    assert np.all(points.x[:, 0] == 1500.0)
+    with pytest.raises(VariableNotFoundError, match="neither built in"):
+        to_points(grid, "t2m", covariates=["rain"])
+    with pytest.raises(CoordinateError, match="dem="):
+        to_points(grid_dataset(), "t2m", covariates=["elevation"])
+
+
+def synthetic_dem(lon: np.ndarray) -> xr.DataArray:
+    lat = np.arange(-90.0, 90.1, 1.0)
+    terrain = 100.0 * lat[:, None] + 10.0 * np.cos(np.deg2rad(lon))[None, :]
+    return xr.DataArray(terrain, coords={"lat": lat, "lon": lon}, dims=("lat", "lon"))
+
+
+def test_dem_interpolation_is_bilinear_and_wraps_globally():
+    dem = synthetic_dem(np.arange(0.0, 360.0, 1.0))
+    lat = np.array([10.5, -20.25, 0.0, 0.0])
+    lon = np.array([-170.5, 45.0, 359.5, -0.5])
+    expected = 100.0 * lat + 10.0 * np.array(
+        [np.cos(np.deg2rad(a)) * 0.5 + np.cos(np.deg2rad(b)) * 0.5 for a, b in
+         [(189.0, 190.0), (45.0, 45.0), (359.0, 0.0), (359.0, 0.0)]]
+    )  # fmt: skip
+    np.testing.assert_allclose(interpolate_dem(dem, lat, lon), expected)
+    shifted = synthetic_dem(np.arange(-180.0, 180.0, 1.0))
+    np.testing.assert_allclose(interpolate_dem(shifted, lat, lon), expected)
+
+
+def test_dem_covariate_and_points_outside_the_dem_are_dropped():
+    regional = synthetic_dem(np.arange(-10.0, 0.5, 0.5)).sel(lat=slice(40, 60))
+    ds = grid_dataset(lon0=-3.0)  # lon -3..2: the last two columns lie outside the DEM
+    points = to_points(ds, "t2m", covariates=["elevation"], dem=regional)
+    assert len(points) == ds.sizes["time"] * 5 * 4
+    np.testing.assert_allclose(
+        points.x[:, 0], 100 * points.lat + 10 * np.cos(np.deg2rad(points.lon)), rtol=1e-3
+    )
+    with pytest.raises(DimensionError, match="DEM"):
+        interpolate_dem(regional.expand_dims(band=2), np.zeros(1), np.zeros(1))
+
+
+def test_predictions_to_xarray_on_a_grid():
+    ds = grid_dataset(nt=1)
+    targets = to_points(xr.Dataset(coords={"lat": ds.lat, "lon": ds.lon}))
+    mean = np.arange(30.0)[:, None]
+    out = predictions_to_xarray(targets, mean, mean * 0 + 2, ["t2m"], attrs={"t2m": ds.t2m.attrs})
+    assert set(out.data_vars) == {"t2m_mean", "t2m_std"}
+    assert out.t2m_mean.dims == ("lat", "lon")
+    xr.testing.assert_identical(out.t2m_mean.lat, ds.lat)
+    assert out.t2m_mean.attrs["units"] == "K"
+    assert out.t2m_mean.attrs["long_name"] == "predictive mean of 2 m temperature"
+    assert out.t2m_std.attrs["long_name"] == "predictive standard deviation of 2 m temperature"
+    assert out.t2m_std.attrs["xnp_version"] == xnp.__version__
+    assert xnp.__version__ in out.attrs["source"]
+    with pytest.raises(ShapeError):
+        predictions_to_xarray(targets, mean[:3], mean[:3], ["t2m"])
+
+
+def test_predictions_on_stations_keep_station_coords():
+    stations = station_dataset().isel(time=0)
+    targets = to_points(stations.drop_vars("t2m").drop_vars("time"))
+    out = predictions_to_xarray(targets, np.ones((12, 1)), np.ones((12, 1)), ["t2m"])
+    assert out.t2m_mean.dims == ("station",)
+    xr.testing.assert_identical(out.t2m_mean.elevation, stations.elevation.drop_vars("time"))
+    assert "units" not in out.t2m_mean.attrs
+
+
+def test_per_observation_times():
+    ds = station_dataset().isel(time=0, drop=True)
+    ds = ds.assign_coords(time=("station", hourly_times(12, step_hours=1)))
+    points = to_points(ds, "t2m", covariates=["hour_of_day"])
+    np.testing.assert_array_equal(points.time - points.time[0], np.arange(12.0))
+    np.testing.assert_allclose(points.x[1], [np.sin(np.pi / 12), np.cos(np.pi / 12)])

@@ -1,0 +1,1 @@
+"""xarray ⇄ points: coordinates, covariates, normalisation, tasks, synthetic data."""

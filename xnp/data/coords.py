@@ -1,0 +1,421 @@
+"""Coordinate discovery: where latitude, longitude, time and elevation live in a dataset.
+
+:func:`find_coords` asks cf-xarray first (``standard_name``, ``units``, ``axis``)
+and falls back to common names (see :mod:`xnp.data._names`); any name can be given
+explicitly.  The answer is a small frozen :class:`Layout` that the rest of
+:mod:`xnp.data` uses to flatten data into points and to scatter results back.
+
+Four layouts are recognised, all handled the same way once discovered:
+
+* ``grid``: 1-D latitude and longitude on two different dimensions;
+* ``curvilinear``: 2-D latitude and longitude on the same two dimensions;
+* ``projected``: 1-D projected ``x``/``y`` plus a CRS (CF ``grid_mapping`` or ``crs=``),
+  turned into latitude/longitude with pyproj;
+* ``station``: latitude and longitude sharing one dimension (stations, cells).
+
+The *point dimensions* are the dimensions the latitude/longitude (or x/y) span; the
+time dimension is handled separately; every other dimension of the variable is an
+*extra* dimension (ensemble member, level, ...), which callers must handle explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+from typing import Any
+
+import cf_xarray  # noqa: F401  (registers the .cf accessor)
+import numpy as np
+import pyproj
+import xarray as xr
+
+from xnp.data import _names
+from xnp.data.times import check_time_axis, time_hours
+from xnp.errors import CoordinateError, DimensionError, XnpError
+
+__all__ = [
+    "Layout",
+    "VariableNotFoundError",
+    "elevation_metres",
+    "find_coords",
+    "latlon",
+    "resolve_variables",
+]
+
+XrObj = xr.Dataset | xr.DataArray
+
+
+class VariableNotFoundError(XnpError, KeyError):
+    """A data variable asked for by name is not in the dataset."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Where the coordinates of a dataset live.
+
+    Attributes
+    ----------
+    kind : {"grid", "curvilinear", "projected", "station"}
+        The layout recognised.
+    lat, lon : str or None
+        Names of the latitude/longitude coordinates (None for projected grids).
+    x, y : str or None
+        Names of projected coordinates (projected grids only).
+    crs : str or None
+        WKT of the projection of ``x``/``y`` (projected grids only).
+    time : str or None
+        Name of the time coordinate, if any (may be a scalar coordinate).
+    time_dim : str or None
+        Dimension of the time coordinate; None when time is absent, scalar, or
+        given per point (a time coordinate along the spatial dimensions, as for
+        scattered observations).
+    elevation : str or None
+        Name of the terrain height coordinate or variable, if any.
+    elevation_scale : float
+        Factor turning ``elevation`` into metres (``1/g`` for geopotential).
+    point_dims : tuple of str
+        The spatial dimensions (those of latitude/longitude or x/y), in data order.
+    extra_dims : tuple of str
+        Other dimensions of the variable (neither spatial nor time).
+    """
+
+    kind: str
+    lat: str | None
+    lon: str | None
+    x: str | None = None
+    y: str | None = None
+    crs: str | None = None
+    time: str | None = None
+    time_dim: str | None = None
+    elevation: str | None = None
+    elevation_scale: float = 1.0
+    point_dims: tuple[str, ...] = ()
+    extra_dims: tuple[str, ...] = ()
+
+
+def _names_in(obj: XrObj) -> list[str]:
+    names = [str(n) for n in obj.coords]
+    if isinstance(obj, xr.Dataset):
+        names += [str(n) for n in obj.data_vars]
+    return names
+
+
+def _present(obj: XrObj) -> str:
+    coords = ", ".join(repr(str(n)) for n in obj.coords) or "none"
+    text = f"coordinates present: {coords}"
+    if isinstance(obj, xr.Dataset):
+        text += f"; data variables: {', '.join(repr(str(n)) for n in obj.data_vars) or 'none'}"
+    return text
+
+
+def _explicit(obj: XrObj, name: str, what: str) -> str:
+    if name not in _names_in(obj):
+        raise CoordinateError(
+            f"The {what} {name!r} you named is not in the data ({_present(obj)}). "
+            f"Pass the name of one of these."
+        )
+    return name
+
+
+def _by_cf(obj: XrObj, key: str) -> list[str]:
+    found: list[Hashable] = list(obj.cf.coordinates.get(key, []))
+    found += list(obj.cf.standard_names.get(key, []))
+    return [str(n) for n in found]
+
+
+def _by_name(obj: XrObj, fallbacks: tuple[str, ...], coords_only: bool = False) -> list[str]:
+    pool = [str(n) for n in obj.coords] if coords_only else _names_in(obj)
+    lower = {n.lower(): n for n in pool}
+    return [lower[f] for f in fallbacks if f in lower]
+
+
+def _is_datetime(values: Any) -> bool:
+    if np.issubdtype(values.dtype, np.datetime64):
+        return True
+    if values.dtype == object and values.size:
+        return hasattr(values.flat[0], "calendar")
+    return False
+
+
+def resolve_variables(obj: XrObj, variable: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """Return the variable names as a list, checking that each exists.
+
+    A DataArray's own name is accepted for ``variable`` (or ``None``).
+
+    Examples
+    --------
+    >>> ds = xr.Dataset({"t2m": ("x", [1.0])})
+    >>> resolve_variables(ds, "t2m")
+    ['t2m']
+    """
+    if variable is None:
+        return [] if isinstance(obj, xr.Dataset) else [str(obj.name)]
+    names = [variable] if isinstance(variable, str) else list(variable)
+    if isinstance(obj, xr.DataArray):
+        if names != [str(obj.name)]:
+            raise VariableNotFoundError(
+                f"Variable(s) {names} requested from a DataArray named {obj.name!r}. "
+                "Pass the DataArray's own name, or a Dataset holding the variables."
+            )
+        return names
+    missing = [n for n in names if n not in obj.data_vars]
+    if missing:
+        listed = ", ".join(repr(str(n)) for n in obj.data_vars) or "none"
+        raise VariableNotFoundError(
+            f"Variable(s) {missing} not found; the dataset's data variables are: {listed}. "
+            "Pass one of these names."
+        )
+    return names
+
+
+def _ordered(dims: set[str], order: tuple[Hashable, ...]) -> tuple[str, ...]:
+    first = tuple(str(d) for d in order if str(d) in dims)
+    return first + tuple(sorted(dims - set(first)))
+
+
+def find_coords(
+    obj: XrObj,
+    variable: str | None = None,
+    *,
+    lat: str | None = None,
+    lon: str | None = None,
+    time: str | None = None,
+    elevation: str | None = None,
+    crs: Any = None,
+) -> Layout:
+    """Discover the coordinates of ``obj`` (a Dataset or DataArray).
+
+    Parameters
+    ----------
+    obj : Dataset or DataArray
+        The data; it is only inspected, never modified.
+    variable : str, optional
+        The variable the layout is for; it sets the dimension order and the
+        extra dimensions.
+    lat, lon, time, elevation : str, optional
+        Explicit names, overriding discovery.
+    crs : optional
+        Projection of ``x``/``y`` (anything :meth:`pyproj.CRS.from_user_input`
+        accepts).  Giving it selects the projected layout even when latitude and
+        longitude are also present; by default projected grids read the CRS from the
+        variable's CF ``grid_mapping``.
+
+    Returns
+    -------
+    Layout
+
+    Raises
+    ------
+    CoordinateError
+        When latitude/longitude (or x/y with a CRS) cannot be found, or time is not
+        datetime-like, unsorted or duplicated.
+
+    Examples
+    --------
+    >>> ds = xr.Dataset(
+    ...     {"t2m": (("time", "lat", "lon"), np.zeros((2, 3, 4)))},
+    ...     coords={
+    ...         "time": np.array(["2019-03-01", "2019-03-02"], "datetime64[ns]"),
+    ...         "lat": [50.0, 51.0, 52.0],
+    ...         "lon": [0.0, 1.0, 2.0, 3.0],
+    ...     },
+    ... )
+    >>> layout = find_coords(ds, "t2m")
+    >>> layout.kind, layout.point_dims, layout.time_dim
+    ('grid', ('lat', 'lon'), 'time')
+    """
+    var = obj[variable] if (variable is not None and isinstance(obj, xr.Dataset)) else obj
+    order = tuple(var.dims) + tuple(d for d in obj.dims if d not in var.dims)
+    lat_name = _explicit(obj, lat, "latitude") if lat else None
+    lon_name = _explicit(obj, lon, "longitude") if lon else None
+    if lat_name is None and crs is None:
+        lat_name = next(iter(_by_cf(obj, "latitude") + _by_name(obj, _names.LAT_NAMES)), None)
+    if lon_name is None and crs is None:
+        lon_name = next(iter(_by_cf(obj, "longitude") + _by_name(obj, _names.LON_NAMES)), None)
+    x_name = y_name = wkt = None
+    if lat_name is not None and lon_name is not None:
+        spatial = {str(d) for d in obj[lat_name].dims} | {str(d) for d in obj[lon_name].dims}
+        ndim = obj[lat_name].ndim
+        same = obj[lat_name].dims == obj[lon_name].dims
+        kind = ("station" if same else "grid") if ndim <= 1 else "curvilinear"
+    else:
+        x_name, y_name, wkt = _find_projection(obj, var, crs)
+        spatial = {str(d) for d in obj[x_name].dims} | {str(d) for d in obj[y_name].dims}
+        kind = "projected"
+    point_dims = _ordered(spatial, order)
+    time_name, time_dim = _find_time(obj, time, set(point_dims))
+    elev, scale = _find_elevation(obj, elevation, set(point_dims), exclude=variable)
+    taken = set(point_dims) | ({time_dim} if time_dim else set())
+    extra = tuple(str(d) for d in var.dims if str(d) not in taken) if variable else ()
+    return Layout(
+        kind=kind,
+        lat=lat_name if kind != "projected" else None,
+        lon=lon_name if kind != "projected" else None,
+        x=x_name,
+        y=y_name,
+        crs=wkt,
+        time=time_name,
+        time_dim=time_dim,
+        elevation=elev,
+        elevation_scale=scale,
+        point_dims=point_dims,
+        extra_dims=extra,
+    )
+
+
+def _find_projection(obj: XrObj, var: XrObj, crs: Any) -> tuple[str, str, str]:
+    axes = obj.cf.axes
+    xs = [str(n) for n in axes.get("X", [])] + _by_name(obj, _names.X_NAMES, coords_only=True)
+    ys = [str(n) for n in axes.get("Y", [])] + _by_name(obj, _names.Y_NAMES, coords_only=True)
+    if not xs or not ys:
+        raise CoordinateError(
+            f"No latitude/longitude (or projected x/y) coordinates found ({_present(obj)}). "
+            "Name them explicitly, e.g. lat='nav_lat', lon='nav_lon', or give CF attributes "
+            "(standard_name 'latitude'/'longitude', units 'degrees_north'/'degrees_east')."
+        )
+    if crs is None:
+        mapping = var.attrs.get("grid_mapping") or next(
+            (v.attrs["grid_mapping"] for v in _vars(obj) if "grid_mapping" in v.attrs), None
+        )
+        if mapping is None or mapping not in _names_in(obj):
+            raise CoordinateError(
+                f"Found projected coordinates {xs[0]!r}/{ys[0]!r} but no CF grid_mapping "
+                f"({_present(obj)}). Pass the projection with crs=..., e.g. crs='EPSG:27700'."
+            )
+        projection = pyproj.CRS.from_cf(dict(obj[mapping].attrs))
+    else:
+        projection = pyproj.CRS.from_user_input(crs)
+    return xs[0], ys[0], projection.to_wkt()
+
+
+def _vars(obj: XrObj) -> list[xr.DataArray]:
+    return list(obj.data_vars.values()) if isinstance(obj, xr.Dataset) else [obj]
+
+
+def _find_time(
+    obj: XrObj, time: str | None, point_dims: set[str]
+) -> tuple[str | None, str | None]:
+    if time is not None:
+        name = _explicit(obj, time, "time coordinate")
+    else:
+        candidates = _by_cf(obj, "time") + _by_name(obj, _names.TIME_NAMES, coords_only=True)
+        candidates += [str(n) for n in obj.coords if _is_datetime(obj[n].values)]
+        candidates = [c for c in candidates if _is_datetime(obj[c].values)]
+        if not candidates:
+            return None, None
+        name = candidates[0]
+    coord = obj[name]
+    if not _is_datetime(coord.values):
+        raise CoordinateError(
+            f"The time coordinate {name!r} has dtype {coord.dtype}, not datetimes. Decode it "
+            "(xr.decode_cf, or open the file with decode_times=True) or name another one."
+        )
+    if coord.ndim == 0 or set(coord.dims) <= point_dims:
+        return name, None  # one time for all, or one time per observation
+    if coord.ndim > 1:
+        raise DimensionError(
+            f"The time coordinate {name!r} has dims {coord.dims}; xnp needs a 1-D, scalar or "
+            "per-point time. Select one forecast step or stack valid times onto one dimension."
+        )
+    check_time_axis(time_hours(coord.values), name)
+    return name, str(coord.dims[0])
+
+
+def _find_elevation(
+    obj: XrObj, elevation: str | None, point_dims: set[str], exclude: str | None
+) -> tuple[str | None, float]:
+    if elevation is not None:
+        candidates = [_explicit(obj, elevation, "elevation")]
+    else:
+        candidates = _by_cf(obj, "surface_altitude") + _by_cf(obj, "surface_geopotential")
+        for key in _names.ELEVATION_STANDARD_NAMES[1:]:
+            candidates += _by_cf(obj, key)
+        candidates += _by_name(obj, _names.ELEVATION_NAMES + _names.GEOPOTENTIAL_NAMES)
+    for name in candidates:
+        da = obj[name]
+        dims = {str(d) for d in da.dims}
+        if name == exclude or not dims or not dims <= point_dims:
+            if elevation is not None:
+                raise DimensionError(
+                    f"Elevation {name!r} has dims {da.dims}; it must span only the spatial "
+                    f"dimensions {sorted(point_dims)}."
+                )
+            continue
+        units = str(da.attrs.get("units", "m")).strip().lower()
+        std = str(da.attrs.get("standard_name", "")).lower()
+        if std in _names.GEOPOTENTIAL_STANDARD_NAMES or units in _names.GEOPOTENTIAL_UNITS:
+            return name, 1.0 / _names.STANDARD_GRAVITY
+        if name.lower() in _names.GEOPOTENTIAL_NAMES:
+            return name, 1.0 / _names.STANDARD_GRAVITY
+        return name, 1000.0 if units in _names.KM_UNITS else 1.0
+    return None, 1.0
+
+
+def latlon(obj: XrObj, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Latitude and longitude in degrees over ``layout.point_dims``, as float64 arrays.
+
+    Longitudes are wrapped to ``[-180, 180)``; projected grids are converted with
+    pyproj.  Latitudes outside ``[-90, 90]`` raise :class:`CoordinateError`.
+
+    Examples
+    --------
+    >>> ds = xr.Dataset(coords={"lat": [0.0, 10.0], "lon": [190.0, 350.0, 0.0]})
+    >>> lat, lon = latlon(ds, find_coords(ds))
+    >>> lat.shape, lon[0].tolist()
+    ((2, 3), [-170.0, -10.0, 0.0])
+    """
+    dims = layout.point_dims
+    if layout.kind == "projected":
+        x_name, y_name = str(layout.x), str(layout.y)
+        x = _broadcast(obj, x_name, dims) * _km_factor(obj[x_name])
+        y = _broadcast(obj, y_name, dims) * _km_factor(obj[y_name])
+        transformer = pyproj.Transformer.from_crs(
+            pyproj.CRS.from_wkt(layout.crs), pyproj.CRS.from_epsg(4326), always_xy=True
+        )
+        lon, lat = transformer.transform(x, y)
+        lon, lat = np.asarray(lon, np.float64), np.asarray(lat, np.float64)
+        name = f"{layout.y} (projected)"
+    else:
+        lat = _broadcast(obj, str(layout.lat), dims)
+        lon = _broadcast(obj, str(layout.lon), dims)
+        name = layout.lat
+    finite = np.isfinite(lat)
+    if not finite.all() or np.abs(lat).max(initial=0.0) > 90.0:
+        bad = lat[~finite | (np.abs(np.where(finite, lat, 0.0)) > 90.0)]
+        raise CoordinateError(
+            f"Latitude {name!r} has {bad.size} value(s) outside [-90, 90] (e.g. {bad[0]!r}). "
+            "Check that latitude and longitude are not swapped and that the units are degrees."
+        )
+    lon = (lon + 180.0) % 360.0 - 180.0
+    return lat, lon
+
+
+def _km_factor(coord: xr.DataArray) -> float:
+    units = str(coord.attrs.get("units", "m")).strip().lower()
+    return 1000.0 if units in _names.KM_UNITS else 1.0
+
+
+def _broadcast(obj: XrObj, name: str, dims: tuple[str, ...]) -> np.ndarray:
+    variable = obj[name].variable
+    unexpected = [str(d) for d in variable.dims if d not in dims]
+    if unexpected:
+        raise DimensionError(
+            f"Coordinate {name!r} has dims {variable.dims}, but the spatial dimensions are "
+            f"{dims}; {unexpected} are not spatial. Select along them first."
+        )
+    full = variable.set_dims({d: obj.sizes[d] for d in dims}).transpose(*dims)
+    return np.array(full.values, dtype=np.float64)
+
+
+def elevation_metres(obj: XrObj, layout: Layout) -> np.ndarray | None:
+    """Terrain height in metres over ``layout.point_dims`` (None if there is none).
+
+    Geopotential is divided by standard gravity; kilometres become metres.
+    """
+    if layout.elevation is None:
+        return None
+    values = _broadcast(obj, layout.elevation, layout.point_dims)
+    return values * layout.elevation_scale

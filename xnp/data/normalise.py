@@ -1,0 +1,228 @@
+"""Per-channel normalisation of values and covariates, serialisable to JSON.
+
+A :class:`Normaliser` holds, for every variable and covariate channel, a mean, a
+standard deviation and the units it was computed in.  Values are normalised as
+``(v - mean) / std`` before they reach the model, and predictions are mapped back
+with :meth:`Normaliser.inverse` (means) and :meth:`Normaliser.inverse_std`
+(standard deviations), so they come back in the data's own units.  Periodic
+covariates (sin/cos pairs) are already in ``[-1, 1]`` and pass through unchanged.
+
+The statistics of a dask-backed dataset are computed in one pass: every mean and
+standard deviation is one node of a single graph, so each chunk is read once and
+nothing is loaded as a whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dask
+import numpy as np
+import xarray as xr
+
+from xnp.data.coords import Layout, elevation_metres, find_coords, latlon, resolve_variables
+from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels, interpolate_dem
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
+
+__all__ = ["Normaliser", "Stats", "check_same_units"]
+
+_FORMAT = "xnp.normaliser/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Mean, standard deviation and units of one channel."""
+
+    mean: float
+    std: float
+    units: str | None = None
+    long_name: str | None = None
+
+
+def check_same_units(
+    name: str, units_a: str | None, units_b: str | None, what: tuple[str, str]
+) -> None:
+    """Raise :class:`IncompatibleUnitsError` if two known unit strings differ.
+
+    Missing units (None) are not checked.
+
+    Examples
+    --------
+    >>> check_same_units("t2m", "K", "degC", ("context", "targets"))
+    Traceback (most recent call last):
+    ...
+    xnp.errors.IncompatibleUnitsError: t2m has units 'K' in the context but 'degC' in ...
+    """
+    if units_a is None or units_b is None or units_a.strip() == units_b.strip():
+        return
+    raise IncompatibleUnitsError(
+        f"{name} has units {units_a!r} in the {what[0]} but {units_b!r} in the {what[1]}. "
+        f"Convert one of them (e.g. ds[{name!r}] - 273.15 and set attrs['units']) so they match."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Normaliser:
+    """Normalisation statistics for named channels.
+
+    Examples
+    --------
+    >>> norm = Normaliser({"t2m": Stats(280.0, 5.0, "K")})
+    >>> norm.transform(np.array([[285.0]]), ["t2m"]).tolist()
+    [[1.0]]
+    >>> norm.inverse(np.array([[1.0]]), ["t2m"]).tolist()
+    [[285.0]]
+    >>> norm.inverse_std(np.array([[0.5]]), ["t2m"]).tolist()
+    [[2.5]]
+    >>> Normaliser.from_json(norm.to_json()) == norm
+    True
+    """
+
+    stats: Mapping[str, Stats]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of the channels known to this normaliser."""
+        return tuple(self.stats)
+
+    def _columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        unknown = [n for n in names if n not in self.stats]
+        if unknown:
+            raise ConfigError(
+                f"No normalisation statistics for {unknown}; known channels: {list(self.stats)}. "
+                "Fit the normaliser on data holding these variables and covariates."
+            )
+        mean = np.array([self.stats[n].mean for n in names], np.float64)
+        std = np.array([self.stats[n].std for n in names], np.float64)
+        return mean, std
+
+    def transform(self, values: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        """Normalise ``values`` whose last axis holds the channels ``names``."""
+        mean, std = self._columns(names)
+        return (np.asarray(values, np.float64) - mean) / std
+
+    def inverse(self, values: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        """Map normalised values (or predictive means) back to the data's units."""
+        mean, std = self._columns(names)
+        return np.asarray(values, np.float64) * std + mean
+
+    def inverse_std(self, std_values: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        """Map normalised standard deviations back to the data's units (scale only)."""
+        _, std = self._columns(names)
+        return np.asarray(std_values, np.float64) * std
+
+    def check_units(self, name: str, units: str | None, what: str = "data") -> None:
+        """Raise :class:`IncompatibleUnitsError` if ``units`` differ from those fitted."""
+        if name in self.stats:
+            check_same_units(name, self.stats[name].units, units, ("fitted model", what))
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict; :meth:`from_json` rebuilds the normaliser."""
+        return {
+            "format": _FORMAT,
+            "stats": {k: dataclasses.asdict(v) for k, v in self.stats.items()},
+        }
+
+    @classmethod
+    def from_json(cls, blob: Mapping[str, Any]) -> Normaliser:
+        """Rebuild a normaliser from :meth:`to_json` output."""
+        if blob.get("format") != _FORMAT or not isinstance(blob.get("stats"), Mapping):
+            raise ConfigError(
+                f"Not a normaliser description (expected format {_FORMAT!r} and a 'stats' "
+                f"mapping); got keys {sorted(blob)} with format {blob.get('format')!r}."
+            )
+        try:
+            stats = {str(k): Stats(**v) for k, v in blob["stats"].items()}
+        except TypeError as err:
+            raise ConfigError(f"Malformed normaliser statistics: {err}.") from err
+        return cls(stats)
+
+    @classmethod
+    def fit(
+        cls,
+        data: xr.Dataset,
+        variables: str | Sequence[str],
+        covariates: Sequence[str] = (),
+        *,
+        dem: xr.DataArray | None = None,
+        layout: Layout | None = None,
+        **names: Any,
+    ) -> Normaliser:
+        """Compute statistics of variables and covariates in one (dask-aware) pass.
+
+        Parameters
+        ----------
+        data : Dataset
+            The data (select the training period first); not modified or loaded.
+        variables : str or list of str
+            The value variables.
+        covariates : list of str
+            Covariate names, as for :func:`xnp.data.points.to_points`.
+        dem : DataArray, optional
+            DEM for the ``"elevation"`` covariate.
+        layout : Layout, optional
+            Precomputed coordinate layout.
+        **names
+            Explicit coordinate names for :func:`~xnp.data.coords.find_coords`.
+
+        Examples
+        --------
+        >>> ds = xr.Dataset(
+        ...     {"v": ("x", [1.0, 3.0, np.nan])},
+        ...     coords={"lat": ("x", [0.0, 1, 2]), "lon": ("x", [0.0, 0, 0])},
+        ... )
+        >>> Normaliser.fit(ds, "v").stats["v"]
+        Stats(mean=2.0, std=1.0, units=None, long_name=None)
+        """
+        variables = resolve_variables(data, variables)
+        layout = layout or find_coords(data, variables[0], **names)
+        lazy: dict[str, xr.DataArray] = {name: data[name] for name in variables}
+        for name in covariates:
+            if name == "elevation":
+                lazy[name] = _elevation_field(data, layout, dem)
+            elif name not in PERIODIC_COVARIATES:
+                if name not in data.coords:
+                    resolve_variables(data, name)
+                lazy[name] = data[name]
+        reductions = {}
+        for name, da in lazy.items():
+            da = da.reset_coords(drop=True).astype(np.float64)
+            reductions[f"{name}/mean"] = da.mean()
+            reductions[f"{name}/std"] = da.std()
+        (computed,) = dask.compute(reductions)
+        stats: dict[str, Stats] = {}
+        for name, da in lazy.items():
+            mean = float(computed[f"{name}/mean"])
+            std = float(computed[f"{name}/std"])
+            if not np.isfinite(mean):
+                raise EmptyDataError(
+                    f"{name!r} has no finite values to compute statistics from; check the "
+                    "selected period and region."
+                )
+            units = "m" if name == "elevation" else da.attrs.get("units")
+            stats[name] = Stats(
+                mean=mean,
+                std=std if np.isfinite(std) and std > 0 else 1.0,
+                units=None if units is None else str(units),
+                long_name=str(da.attrs["long_name"]) if "long_name" in da.attrs else None,
+            )
+        for channel in covariate_channels(covariates):
+            if channel not in stats:  # the sin/cos channels of periodic covariates
+                stats[channel] = Stats(mean=0.0, std=1.0, units="1")
+        return cls(stats)
+
+
+def _elevation_field(data: xr.Dataset, layout: Layout, dem: xr.DataArray | None) -> xr.DataArray:
+    if dem is not None:
+        lat, lon = latlon(data, layout)
+        return xr.DataArray(interpolate_dem(dem, lat, lon), attrs={"units": "m"})
+    grid = elevation_metres(data, layout)
+    if grid is None:
+        raise CoordinateError(
+            "Covariate 'elevation' was requested but no elevation was found (coordinates "
+            f"present: {list(map(str, data.coords))}). Name it with elevation='...', or pass "
+            "a DEM DataArray with dem=..."
+        )
+    return xr.DataArray(grid, attrs={"units": "m"})

@@ -1,0 +1,426 @@
+"""The task sampler: a seeded, reproducible stream of padded training batches.
+
+:class:`TaskSampler` draws tasks (:mod:`xnp.data.tasks`) from one dataset or from
+several *sources* (e.g. stations plus a coarse grid), normalises them and pads them
+into :class:`~xnp.data.batch.Batch` objects.  For each task it selects, with
+``isel``, only the frames and the window it needs and reads just those, so a
+dask- or zarr-backed dataset is never loaded or copied as a whole.
+
+Batch ``k`` depends only on ``(seed, k)``: iterating twice, or asking for
+``sampler.batch(k)`` directly, gives the same batch.
+
+Validation holds out the last ``validation_fraction`` of the target source's time
+axis.  A ``split="train"`` sampler only reads earlier times, for context and
+targets alike; a ``split="validation"`` sampler only takes targets from the
+held-out times (context frames of forecast tasks may precede them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import xarray as xr
+
+from xnp.data.batch import Batch, Task, TaskPoints, collate
+from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
+from xnp.data.covariates import interpolate_dem
+from xnp.data.normalise import Normaliser, check_same_units
+from xnp.data.points import PointSet, to_points
+from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
+from xnp.data.times import time_hours, validation_cut
+from xnp.errors import ConfigError, EmptyDataError
+
+__all__ = ["TaskSampler"]
+
+_DEM_COORD = "_xnp_dem_elevation"
+_TOLERANCE_HOURS = 1e-6
+Window = tuple[tuple[float, float], tuple[float, float]]
+
+
+def _match(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
+    """Index in the sorted ``axis`` of each of ``hours`` (-1 where absent)."""
+    i = np.clip(np.searchsorted(axis, hours - _TOLERANCE_HOURS), 0, max(axis.size - 1, 0))
+    found = np.abs(axis[i] - hours) <= _TOLERANCE_HOURS if axis.size else np.zeros(i.shape, bool)
+    return np.where(found, i, -1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Source:
+    """One dataset the sampler reads from, with its layout and cached coordinates."""
+
+    name: str
+    id: int
+    view: xr.Dataset
+    layout: Layout
+    variables: tuple[str, ...]
+    covariates: tuple[str, ...]
+    extra_dims: Literal["raise", "flatten"]
+    lat_grid: np.ndarray
+    lon_grid: np.ndarray
+    hours: np.ndarray | None
+
+    def frame(self, hours: float) -> int | None:
+        """Index of the frame at ``hours`` (None if absent or without a time axis)."""
+        if self.hours is None:
+            return None
+        i = int(_match(self.hours, np.array([hours]))[0])
+        return i if i >= 0 else None
+
+    def read(self, frames: Sequence[int] | None, window: Window | None) -> PointSet | None:
+        """Read the observed points of some frames inside a window (None if there are none)."""
+        selection: dict[str, Any] = {}
+        if frames is not None and self.layout.time_dim is not None:
+            selection[self.layout.time_dim] = np.asarray(frames, dtype=np.int64)
+        if window is not None:
+            inside = in_window(self.lat_grid, self.lon_grid, *window)
+            if not inside.any():
+                return None
+            dims = self.layout.point_dims
+            for axis, dim in enumerate(dims):
+                others = tuple(a for a in range(len(dims)) if a != axis)
+                selection[dim] = np.flatnonzero(inside.any(axis=others) if others else inside)
+        subset = self.view.isel(selection) if selection else self.view
+        try:
+            points = to_points(
+                subset,
+                list(self.variables),
+                covariates=self.covariates,
+                layout=self.layout,
+                extra_dims=self.extra_dims,
+            )
+        except EmptyDataError:
+            return None
+        if window is not None:
+            points = points.take(in_window(points.lat, points.lon, *window))
+        return points if len(points) else None
+
+
+def _make_source(
+    name: str,
+    number: int,
+    data: xr.Dataset | xr.DataArray,
+    variables: Sequence[str],
+    covariates: Sequence[str],
+    dem: xr.DataArray | None,
+    extra_dims: Literal["raise", "flatten"],
+    names: Mapping[str, Any],
+) -> _Source:
+    if isinstance(data, xr.DataArray):
+        data = data.to_dataset(name=str(data.name))
+    variables = resolve_variables(data, list(variables))
+    layout = find_coords(data, variables[0], **names)
+    if layout.time is not None and layout.time_dim is None and data[layout.time].ndim > 0:
+        raise ConfigError(
+            f"Source {name!r} has one time per observation ({layout.time!r} along "
+            f"{data[layout.time].dims}); the sampler needs a time dimension. Reshape it to "
+            "(time, station) or give it without time."
+        )
+    wanted = [*variables, *(c for c in covariates if c in data.data_vars)]
+    wanted += [n for n in (layout.lat, layout.lon, layout.elevation) if n in data.data_vars]
+    view = data[list(dict.fromkeys(wanted))]  # a new Dataset sharing the user's arrays
+    if "elevation" in covariates and dem is not None:
+        lat_grid, lon_grid = latlon(view, layout)
+        elevation = interpolate_dem(dem, lat_grid, lon_grid)
+        view = view.assign_coords({_DEM_COORD: (layout.point_dims, elevation)})
+        layout = dataclasses.replace(layout, elevation=_DEM_COORD, elevation_scale=1.0)
+    lat_grid, lon_grid = latlon(view, layout)
+    hours = time_hours(view[layout.time].values) if layout.time_dim else None
+    return _Source(
+        name=name,
+        id=number,
+        view=view,
+        layout=layout,
+        variables=tuple(variables),
+        covariates=tuple(covariates),
+        extra_dims=extra_dims,
+        lat_grid=lat_grid,
+        lon_grid=lon_grid,
+        hours=hours,
+    )
+
+
+class TaskSampler:
+    """A seeded, reproducible, iterable stream of padded training batches.
+
+    Parameters
+    ----------
+    data : Dataset, DataArray, or mapping of name to Dataset
+        The data, or several sources (e.g. ``{"stations": st, "era5": grid}``);
+        never modified, copied or loaded as a whole.
+    variable : str or list of str
+        The variable(s) to learn; every source must hold them (in the same units).
+    task : SpatialTasks, ForecastTasks or WindowTasks, optional
+        What to draw (default: :class:`SpatialTasks`).
+    covariates : list of str
+        Covariates (see :mod:`xnp.data.covariates`), the same for every source.
+    dem : DataArray, optional
+        A DEM for the ``"elevation"`` covariate, interpolated once per source.
+    target_source : str, optional
+        The source targets come from (default: the first); the others only add
+        context from the same times and window, with their own source ids.
+    batch_size : int
+        Tasks per batch.
+    seed : int
+        Seed; batch ``k`` depends only on ``(seed, k)``.
+    split : {"train", "validation"}
+        Which part of the time axis to draw targets from.
+    validation_fraction : float
+        Fraction of the time axis held out at its end (default 0.1).
+    normaliser : Normaliser, optional
+        Statistics to use; by default fitted on the training times of the target
+        source (pass the training sampler's to a validation sampler).
+    buckets : list of int, optional
+        Allowed padded sizes (default: powers of two from 16); points beyond the
+        largest bucket are subsampled.
+    num_batches : int, optional
+        Length of the stream (default: endless).
+    extra_dims : {"raise", "flatten"}
+        Treatment of dimensions other than space and time (see :func:`to_points`).
+    **names
+        Explicit coordinate names (``lat``, ``lon``, ``time``, ``elevation``, ``crs``).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> ds = xr.Dataset(
+    ...     {"t2m": (("time", "lat", "lon"), rng.normal(size=(10, 5, 6)))},
+    ...     coords={
+    ...         "time": np.arange(10) * np.timedelta64(6, "h") + np.datetime64("2019-03-01"),
+    ...         "lat": np.arange(5.0),
+    ...         "lon": np.arange(6.0),
+    ...     },
+    ... )
+    >>> sampler = TaskSampler(ds, "t2m", ForecastTasks(frames=2), batch_size=3, num_batches=2)
+    >>> batch = next(iter(sampler))
+    >>> batch.context.s.shape, batch.target.t[0, 0, 0].item()
+    ((3, 64, 2), 6.0)
+    """
+
+    def __init__(
+        self,
+        data: xr.Dataset | xr.DataArray | Mapping[str, xr.Dataset | xr.DataArray],
+        variable: str | Sequence[str],
+        task: SpatialTasks | ForecastTasks | WindowTasks | None = None,
+        *,
+        covariates: Sequence[str] = (),
+        dem: xr.DataArray | None = None,
+        target_source: str | None = None,
+        batch_size: int = 16,
+        seed: int = 0,
+        split: Literal["train", "validation"] = "train",
+        validation_fraction: float = 0.1,
+        normaliser: Normaliser | None = None,
+        buckets: Sequence[int] | None = None,
+        num_batches: int | None = None,
+        extra_dims: Literal["raise", "flatten"] = "raise",
+        **names: Any,
+    ) -> None:
+        is_single = isinstance(data, xr.Dataset | xr.DataArray)
+        sources = {"data": data} if is_single else dict(data)
+        if not sources:
+            raise ConfigError("No data given: pass a Dataset or a mapping of name to Dataset.")
+        target_source = target_source or next(iter(sources))
+        if target_source not in sources:
+            raise ConfigError(f"target_source {target_source!r} is not one of {list(sources)}.")
+        if split not in ("train", "validation"):
+            raise ConfigError(f"split must be 'train' or 'validation'; got {split!r}.")
+        if batch_size < 1 or (num_batches is not None and num_batches < 0):
+            raise ConfigError(
+                f"Need batch_size >= 1 and num_batches >= 0; got {batch_size}, {num_batches}."
+            )
+        self.variables = [variable] if isinstance(variable, str) else list(variable)
+        self.task = task if task is not None else SpatialTasks()
+        if not isinstance(self.task, SpatialTasks | ForecastTasks | WindowTasks):
+            raise ConfigError(
+                f"task must be SpatialTasks, ForecastTasks or WindowTasks; got {self.task!r}."
+            )
+        self.batch_size, self.seed, self.split = batch_size, seed, split
+        self.buckets = None if buckets is None else tuple(sorted(buckets))
+        self.num_batches = num_batches
+        self.sources = [
+            _make_source(n, i, d, self.variables, covariates, dem, extra_dims, names)
+            for i, (n, d) in enumerate(sources.items())
+        ]
+        self._target = next(s for s in self.sources if s.name == target_source)
+        for other in self.sources:
+            for v in self.variables:
+                check_same_units(
+                    v,
+                    self._target.view[v].attrs.get("units"),
+                    other.view[v].attrs.get("units"),
+                    (f"target source {target_source!r}", f"context source {other.name!r}"),
+                )
+        self._setup_times(validation_fraction)
+        self.normaliser = normaliser or self._fit_normaliser()
+        for v in self.variables:
+            self.normaliser.check_units(v, self._target.view[v].attrs.get("units"))
+
+    @property
+    def times(self) -> np.ndarray | None:
+        """Hours since 1970 of the target source's time axis (None without time)."""
+        return self._target.hours
+
+    @property
+    def validation_start(self) -> int | None:
+        """Index of the first held-out time of the target source (None without time)."""
+        return self._cut
+
+    @property
+    def inner_task(self) -> SpatialTasks | ForecastTasks:
+        """The spatial or forecast task (inside the window, for window tasks)."""
+        return self.task.task if isinstance(self.task, WindowTasks) else self.task
+
+    def _setup_times(self, validation_fraction: float) -> None:
+        hours = self._target.hours
+        self._anchors: list[tuple[np.ndarray, int]] = []
+        self._cut: int | None = None
+        self._allowed: np.ndarray | None = None
+        if hours is None:
+            if isinstance(self.inner_task, ForecastTasks) or self.split == "validation":
+                raise ConfigError(
+                    f"Source {self._target.name!r} has no time dimension, so it supports "
+                    "neither forecast tasks nor a held-out validation period; use "
+                    "SpatialTasks with split='train' and validate on a separate dataset."
+                )
+            return
+        self._cut = validation_cut(hours.size, validation_fraction)
+        span = (0, self._cut) if self.split == "train" else (self._cut, hours.size)
+        self._allowed = np.arange(*span)
+        if isinstance(self.inner_task, ForecastTasks):
+            spec = self.inner_task
+            frames = np.stack([_match(hours, hours + o) for o in spec.offsets], axis=1)
+            target = _match(hours, hours + spec.lead)
+            ok = (frames >= 0).all(axis=1) & (target >= span[0]) & (target < span[1])
+            self._anchors = list(zip(frames[ok], target[ok].tolist(), strict=True))
+            if not self._anchors:
+                step = np.median(np.diff(hours)) if hours.size > 1 else float("nan")
+                raise EmptyDataError(
+                    f"No time in the {self.split} period has {spec.frames} frames {spec.step} h "
+                    f"apart and a target {spec.lead} h later (the data's time step is {step} h "
+                    f"over {hours.size} times). Adjust frames/step/lead or give more times."
+                )
+        if self._allowed.size == 0:
+            raise EmptyDataError(f"The {self.split} period holds no times.")
+
+    def _fit_normaliser(self) -> Normaliser:
+        target = self._target
+        view = target.view
+        if target.layout.time_dim is not None and self._cut is not None:
+            view = view.isel({target.layout.time_dim: slice(0, self._cut)})
+        return Normaliser.fit(view, self.variables, target.covariates, layout=target.layout)
+
+    def _cap(self, n: int) -> int:
+        return n if self.buckets is None else min(n, self.buckets[-1])
+
+    def _task_points(self, points: PointSet, reference: float, source: _Source) -> TaskPoints:
+        t = points.time - reference if points.has_time else np.zeros(len(points))
+        return TaskPoints(
+            s=points.s,
+            t=t,
+            x=self.normaliser.transform(points.x, points.covariates),
+            f=self.normaliser.transform(points.f, points.variables),
+            source=np.full(len(points), source.id, np.int32),
+        )
+
+    def _other_context(
+        self,
+        rng: np.random.Generator,
+        hours: Sequence[float] | None,
+        window: Window | None,
+        reference: float,
+        budget: int,
+    ) -> list[TaskPoints]:
+        parts = []
+        for source in self.sources:
+            if source is self._target:
+                continue
+            frames = None
+            if source.hours is not None:
+                if hours is None:  # a time-less task takes no context from time series
+                    continue
+                frames = [f for f in (source.frame(h) for h in hours) if f is not None]
+                if not frames:
+                    continue
+            points = source.read(frames, window)
+            if points is not None:
+                parts.append(self._task_points(points, reference, source))
+        total = sum(len(p) for p in parts)
+        if parts and total > budget:
+            keep = np.sort(rng.choice(total, size=max(budget, 0), replace=False))
+            parts = [TaskPoints.concat(parts).take(keep)]
+        return parts
+
+    def _draw(self, rng: np.random.Generator) -> Task | None:
+        window = None
+        if isinstance(self.task, WindowTasks):
+            lat, lon = self._target.lat_grid, self._target.lon_grid
+            i = int(rng.integers(lat.size))
+            centre = (float(lat.flat[i]), float(lon.flat[i]))
+            window = (centre, self.task.half_widths(centre[0]))
+        minimum = self.task.min_points if isinstance(self.task, WindowTasks) else 2
+        spec = self.inner_task
+        if isinstance(spec, ForecastTasks):
+            frames, target_frame = self._anchors[int(rng.integers(len(self._anchors)))]
+            hours = np.asarray(self._target.hours)
+            reference = float(hours[frames[-1]])
+            context = self._target.read(frames, window)
+            targets = self._target.read([target_frame], window)
+            if context is None or targets is None or len(targets) < minimum:
+                return None
+            if spec.context_fraction < 1.0:
+                context = context.take(rng.random(len(context)) < spec.context_fraction)
+            ctx = rng.permutation(len(context))[: self._cap(spec.max_context)]
+            tgt = rng.permutation(len(targets))[: self._cap(spec.max_targets)]
+            context_hours = [float(h) for h in hours[frames]]
+        else:
+            frame, reference = None, 0.0
+            if self._allowed is not None and self._target.hours is not None:
+                frame = int(rng.choice(self._allowed))
+                reference = float(self._target.hours[frame])
+            points = self._target.read(None if frame is None else [frame], window)
+            if points is None or len(points) < minimum:
+                return None
+            n_context = spec.draw_context_size(rng, len(points))
+            order = rng.permutation(len(points))
+            ctx = order[:n_context][: self._cap(spec.max_context)]
+            tgt = order[n_context:][: self._cap(spec.max_targets)]
+            context = targets = points
+            context_hours = None if frame is None else [reference]
+        parts = [self._task_points(context.take(np.sort(ctx)), reference, self._target)]
+        budget = self._cap(spec.max_context) - len(ctx)
+        parts += self._other_context(rng, context_hours, window, reference, budget)
+        target_points = self._task_points(targets.take(np.sort(tgt)), reference, self._target)
+        return Task(TaskPoints.concat(parts), target_points, reference)
+
+    def tasks(self, k: int) -> list[Task]:
+        """Draw the (unpadded) tasks of batch ``k``; they depend only on ``(seed, k)``."""
+        rng = np.random.default_rng([self.seed, k])
+        drawn: list[Task] = []
+        for _ in range(20 * self.batch_size + 20):
+            task = self._draw(rng)
+            if task is not None and len(task.context) and len(task.target):
+                drawn.append(task)
+                if len(drawn) == self.batch_size:
+                    return drawn
+        raise EmptyDataError(
+            f"Could not draw {self.batch_size} non-empty tasks from {self._target.name!r} "
+            f"({len(drawn)} found): the data is mostly missing, or windows are too small."
+        )
+
+    def batch(self, k: int) -> Batch:
+        """Return batch ``k`` of the stream, padded to bucket sizes."""
+        return collate(self.tasks(k), self.buckets)
+
+    def __iter__(self) -> Iterator[Batch]:
+        indices = range(self.num_batches) if self.num_batches is not None else itertools.count()
+        for k in indices:
+            yield self.batch(k)
+
+    def __len__(self) -> int:
+        if self.num_batches is None:
+            raise TypeError("This TaskSampler is endless; pass num_batches to give it a length.")
+        return self.num_batches

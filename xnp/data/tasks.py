@@ -1,0 +1,185 @@
+"""Task specifications: how the sampler cuts context and targets out of a dataset.
+
+Three kinds, as frozen dataclasses (see :class:`~xnp.data.sampler.TaskSampler`):
+
+* :class:`SpatialTasks`: one time; a random part of the observed points is the
+  context, targets are drawn from the rest;
+* :class:`ForecastTasks`: ``frames`` context frames ``step`` hours apart, targets
+  ``lead`` hours after the last one (the BSA-TNP ERA5 setup is the default: 4
+  frames 6 h apart, targets 6 h ahead); times are relative to the last frame;
+* :class:`WindowTasks`: either of the above, restricted to a random square window
+  (size in degrees or km), so that a model learns local structure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+
+from xnp.errors import ConfigError
+
+__all__ = ["ForecastTasks", "SpatialTasks", "WindowTasks", "in_window"]
+
+_KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
+
+
+def _check_range(name: str, value: float | tuple[float, float], low: float, high: float) -> None:
+    pair = value if isinstance(value, tuple) else (value, value)
+    if len(pair) != 2 or not low <= pair[0] <= pair[1] <= high:
+        raise ConfigError(
+            f"{name} must be a number or an increasing (min, max) pair within [{low}, {high}]; "
+            f"got {value!r}."
+        )
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive; got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpatialTasks:
+    """Context and targets from the same time.
+
+    Parameters
+    ----------
+    context_fraction : float or (float, float)
+        Fraction of the observed points used as context, fixed or drawn uniformly
+        from a range for each task.
+    context_count : int or (int, int), optional
+        Number of context points instead (fixed or a range); overrides the fraction.
+    max_context, max_targets : int
+        Caps on the points per task (random subsets beyond them).
+
+    Examples
+    --------
+    >>> SpatialTasks(context_fraction=0.3).max_targets
+    4096
+    """
+
+    context_fraction: float | tuple[float, float] = (0.05, 0.5)
+    context_count: int | tuple[int, int] | None = None
+    max_context: int = 4096
+    max_targets: int = 4096
+
+    def __post_init__(self) -> None:
+        _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
+        if self.context_count is not None:
+            _check_range("context_count", self.context_count, 1, np.inf)
+        _check_positive(max_context=self.max_context, max_targets=self.max_targets)
+
+    def draw_context_size(self, rng: np.random.Generator, n: int) -> int:
+        """Draw the number of context points for a task with ``n`` observed points (1 to n-1)."""
+        if self.context_count is not None:
+            low, high = _pair(self.context_count)
+            size = int(rng.integers(low, high + 1))
+        else:
+            low, high = _pair(self.context_fraction)
+            size = round(float(rng.uniform(low, high)) * n)
+        return int(np.clip(size, 1, max(n - 1, 1)))
+
+
+def _pair(value: float | tuple[float, float]) -> tuple[float, float]:
+    return value if isinstance(value, tuple) else (value, value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForecastTasks:
+    """Context frames in the past, targets at a lead time.
+
+    Parameters
+    ----------
+    frames : int
+        Number of context frames ``K``.
+    step : float
+        Hours between context frames.
+    lead : float
+        Hours from the last context frame to the target time.
+    context_fraction : float
+        Fraction of each context frame's points kept (1 keeps all).
+    max_context, max_targets : int
+        Caps on the points per task (random subsets beyond them).
+
+    Examples
+    --------
+    >>> ForecastTasks().offsets.tolist(), ForecastTasks().lead
+    ([-18.0, -12.0, -6.0, 0.0], 6.0)
+    """
+
+    frames: int = 4
+    step: float = 6.0
+    lead: float = 6.0
+    context_fraction: float = 1.0
+    max_context: int = 8192
+    max_targets: int = 4096
+
+    def __post_init__(self) -> None:
+        _check_positive(frames=self.frames, step=self.step, lead=self.lead)
+        _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
+        _check_positive(max_context=self.max_context, max_targets=self.max_targets)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Hours of the context frames relative to the last one (the reference time)."""
+        return self.step * np.arange(1 - self.frames, 1, dtype=np.float64)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WindowTasks:
+    """Tasks restricted to a random square window.
+
+    Parameters
+    ----------
+    size : float
+        Side of the window, in ``units``.
+    units : {"deg", "km"}
+        Degrees of latitude and longitude, or kilometres (converted at the window's
+        centre, so windows keep their ground size towards the poles).
+    task : SpatialTasks or ForecastTasks
+        The task cut from the window.
+    min_points : int
+        Windows with fewer observed points are redrawn.
+
+    Examples
+    --------
+    >>> [round(h, 3) for h in WindowTasks(size=500.0, units="km").half_widths(60.0)]
+    [2.248, 4.497]
+    """
+
+    size: float = 7.5
+    units: Literal["deg", "km"] = "deg"
+    task: SpatialTasks | ForecastTasks = dataclasses.field(default_factory=SpatialTasks)
+    min_points: int = 4
+
+    def __post_init__(self) -> None:
+        _check_positive(size=self.size, min_points=self.min_points)
+        if not isinstance(self.task, SpatialTasks | ForecastTasks):
+            raise ConfigError(f"A window holds SpatialTasks or ForecastTasks; got {self.task!r}.")
+        if self.units not in ("deg", "km"):
+            raise ConfigError(f"units must be 'deg' or 'km'; got {self.units!r}.")
+
+    def half_widths(self, centre_lat: float) -> tuple[float, float]:
+        """Half-widths of the window in degrees of latitude and longitude."""
+        half = self.size / 2.0
+        if self.units == "deg":
+            return half, half
+        half_lat = half / _KM_PER_DEGREE
+        cos = np.cos(np.deg2rad(centre_lat))
+        return half_lat, float(half_lat / cos) if cos > 1e-9 else 360.0
+
+
+def in_window(
+    lat: np.ndarray, lon: np.ndarray, centre: tuple[float, float], half: tuple[float, float]
+) -> np.ndarray:
+    """Boolean mask of the points inside a latitude/longitude box (dateline-safe).
+
+    Examples
+    --------
+    >>> in_window(np.array([0.0, 0.0]), np.array([179.0, -170.0]), (0.0, -179.0), (2.0, 2.0))
+    array([ True, False])
+    """
+    dlon = (np.asarray(lon) - centre[1] + 180.0) % 360.0 - 180.0
+    return (np.abs(np.asarray(lat) - centre[0]) <= half[0]) & (np.abs(dlon) <= half[1])

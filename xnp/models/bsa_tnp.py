@@ -1,0 +1,221 @@
+"""BSA-TNP: the Biased Scan Attention transformer neural process.
+
+Architecture (Jenson et al., BSA-TNP; TNP-KR):
+
+* **Embedding.**  ``concat(embed(obs flag), x, [s], [t], f)`` → MLP (256-128-64)
+  → LayerNorm; ``f`` is zero for targets.  ``s`` and ``t`` are embedded only when
+  the config asks; otherwise they reach the model only through the attention
+  biases, which makes it invariant to rotations of the sphere (great-circle bias)
+  or translations of the plane (Euclidean bias) and to shifts of time.
+* **KRBlocks** (pre-norm, weights shared between the two token kinds)::
+
+      h_c = LN1(e_c);  h_t = LN1(e_t)
+      e_c ← e_c + MHA(h_c → h_c, bias(c, c));  e_t ← e_t + MHA(h_t → h_c, bias(t, c))
+      e   ← e + FFN(LN2(e))
+
+  Targets attend only to context, so targets are conditionally independent
+  given the context and can be predicted in any chunks.
+* **Head.**  Final LayerNorm → MLP (256-64-2·Dy) → mean and bounded std.
+
+The split API mirrors this: :meth:`BSATNP.condition` runs the context side once
+and keeps each block's context keys and values (:class:`ContextState`);
+:meth:`BSATNP.predict` runs any number of target chunks against that state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from xnp.errors import ShapeError
+from xnp.geo.distance import latlon_to_xyz
+from xnp.models.config import BSATNPConfig
+from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
+from xnp.nn.bias import SpaceTimeBias
+from xnp.nn.layers import MLP, MultiHeadAttention
+from xnp.points import Points
+
+__all__ = ["BSATNP", "ContextState", "KRBlock"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ContextState:
+    """The conditioned context: everything targets need, computed once.
+
+    Attributes
+    ----------
+    kv : list of (keys, values)
+        Per block, the projected context keys and values ``[B, Nc, H, D]``.
+    feats : dict
+        Bias features of the context points (``"s"``, ``"t"``).
+    mask : bool array ``[B, Nc]``
+        Which context points are real.
+    """
+
+    kv: list[tuple[jax.Array, jax.Array]]
+    feats: dict[str, jax.Array]
+    mask: jax.Array
+
+
+class KRBlock(nnx.Module):
+    """One Kernel Regression Block with its own attention bias."""
+
+    def __init__(self, cfg: BSATNPConfig, *, rngs: nnx.Rngs):
+        d, dtype = cfg.dim_token, jnp.dtype(cfg.dtype)
+        self.norm1 = nnx.LayerNorm(d, dtype=dtype, rngs=rngs)
+        self.norm2 = nnx.LayerNorm(d, dtype=dtype, rngs=rngs)
+        self.attn = MultiHeadAttention(
+            d, cfg.dim_attn, cfg.n_heads, d, kind=cfg.attention, q_chunk=cfg.q_chunk,
+            k_chunk=cfg.k_chunk, dtype=dtype, rngs=rngs,
+        )  # fmt: skip
+        self.bias = SpaceTimeBias(
+            cfg.n_heads, spatial=cfg.spatial_bias, spatial_scale=cfg.spatial_scale,
+            n_basis_space=cfg.n_basis_space, temporal=cfg.temporal_bias,
+            temporal_scale=cfg.temporal_scale, n_basis_time=cfg.n_basis_time, rngs=rngs,
+        )  # fmt: skip
+        self.ffn = MLP([d, cfg.ffn_hidden, d], dtype=dtype, rngs=rngs)
+
+    def context_kv(self, e: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """This block's keys and values of context tokens ``e`` (block input)."""
+        return self.attn.project_kv(self.norm1(e))
+
+    def __call__(
+        self,
+        e: jax.Array,
+        kv: tuple[jax.Array, jax.Array],
+        q_feats: dict[str, jax.Array],
+        k_feats: dict[str, jax.Array],
+        k_mask: jax.Array,
+    ) -> jax.Array:
+        """Update tokens ``e`` by attending to the context keys/values ``kv``."""
+        bias_fn = self.bias.bind() if self.bias.active else None
+        e = e + self.attn(
+            self.norm1(e), kv, bias_fn=bias_fn, q_feats=q_feats, k_feats=k_feats, k_mask=k_mask
+        )
+        return e + self.ffn(self.norm2(e))
+
+
+class BSATNP(nnx.Module):
+    """The BSA-TNP model (Flax NNX).
+
+    Parameters
+    ----------
+    config : BSATNPConfig
+        Architecture; see :class:`xnp.models.config.BSATNPConfig`.
+    rngs : nnx.Rngs
+        Random state for parameter initialisation.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from xnp.points import Points
+    >>> model = BSATNP(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))
+    >>> ctx = Points.from_arrays(s=jnp.zeros((1, 5, 2)), f=jnp.ones((1, 5, 1)))
+    >>> tgt = Points.from_arrays(s=jnp.ones((1, 3, 2)))
+    >>> mean, std = model(ctx, tgt)
+    >>> mean.shape, bool((std > 0).all())
+    ((1, 3, 1), True)
+    """
+
+    def __init__(self, config: BSATNPConfig, *, rngs: nnx.Rngs):
+        cfg = self.config = config
+        dtype = jnp.dtype(cfg.dtype)
+        d_s = (3 if cfg.spatial_bias == "great_circle" else cfg.dim_s) if cfg.embed_s else 0
+        d_in = cfg.dim_obs_embed + cfg.dim_x + d_s + int(cfg.embed_t) + cfg.dim_y
+        self.obs_embed = nnx.Embed(2, cfg.dim_obs_embed, rngs=rngs)
+        self.embed = MLP([d_in, *cfg.embed_hidden, cfg.dim_token], dtype=dtype, rngs=rngs)
+        self.embed_norm = nnx.LayerNorm(cfg.dim_token, dtype=dtype, rngs=rngs)
+        self.blocks = nnx.List([KRBlock(cfg, rngs=rngs) for _ in range(cfg.n_blocks)])
+        self.final_norm = nnx.LayerNorm(cfg.dim_token, dtype=dtype, rngs=rngs)
+        self.head = MLP([cfg.dim_token, *cfg.head_hidden, 2 * cfg.dim_y], dtype=dtype, rngs=rngs)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check(self, points: Points, role: str) -> None:
+        cfg = self.config
+        points.validate()
+        for name, want in (("s", cfg.dim_s), ("x", cfg.dim_x), ("f", cfg.dim_y)):
+            got = getattr(points, name).shape[-1]
+            if got != want:
+                raise ShapeError(
+                    f"{role} points have {name}.shape[-1] = {got}, but the model was configured "
+                    f"with {want} (BSATNPConfig.dim_{name})."
+                )
+
+    def _embed(self, p: Points, *, observed: bool) -> jax.Array:
+        cfg = self.config
+        b, n = p.mask.shape
+        flag = self.obs_embed(jnp.full((b, n), int(observed), jnp.int32))
+        parts = [flag, p.x]
+        if cfg.embed_s:
+            parts.append(latlon_to_xyz(p.s[..., 0], p.s[..., 1])
+                         if cfg.spatial_bias == "great_circle" else p.s)
+        if cfg.embed_t:
+            parts.append(p.t)
+        parts.append(p.f if observed else jnp.zeros_like(p.f))
+        dtype = jnp.dtype(cfg.dtype)
+        tokens = jnp.concatenate([a.astype(dtype) for a in parts], axis=-1)
+        return self.embed_norm(self.embed(tokens))
+
+    def _feats(self, p: Points) -> dict[str, jax.Array]:
+        return self.blocks[0].bias.features(p.s, p.t)
+
+    # -- public API --------------------------------------------------------------------
+    def condition(self, context: Points) -> ContextState:
+        """Run the context side once: per-block keys/values of the context tokens.
+
+        The last block's context update is skipped: targets attend to each block's
+        *input* context tokens, so its output would never be used.
+        """
+        self._check(context, "context")
+        e = self._embed(context, observed=True)
+        feats = self._feats(context)
+        kv = []
+        for i, block in enumerate(self.blocks):
+            kv.append(block.context_kv(e))
+            if i + 1 < len(self.blocks):
+                e = block(e, kv[-1], feats, feats, context.mask)
+        return ContextState(kv=kv, feats=feats, mask=context.mask)
+
+    def predict(self, state: ContextState, targets: Points) -> tuple[jax.Array, jax.Array]:
+        """Predictive mean and standard deviation ``[B, Nt, Dy]`` at the targets.
+
+        Targets are independent given the context, so any split of ``targets``
+        into chunks gives the same values.  Target ``f`` values are ignored.
+        """
+        self._check(targets, "target")
+        if len(state.kv) != len(self.blocks):
+            raise ShapeError(
+                f"the context state has {len(state.kv)} blocks; this model has "
+                f"{len(self.blocks)}. Condition with the same model you predict with."
+            )
+        e = self._embed(targets, observed=False)
+        feats = self._feats(targets)
+        for block, kv in zip(self.blocks, state.kv, strict=True):
+            e = block(e, kv, feats, state.feats, state.mask)
+        raw = self.head(self.final_norm(e)).astype(jnp.float32)
+        return gaussian_from_raw(raw, min_std=self.config.min_std)
+
+    def __call__(self, context: Points, targets: Points) -> tuple[jax.Array, jax.Array]:
+        """``predict(condition(context), targets)``."""
+        return self.predict(self.condition(context), targets)
+
+    def loss(self, context: Points, targets: Points, y: jax.Array) -> jax.Array:
+        """Mean Gaussian NLL of ``y`` ``[B, Nt, Dy]`` over the valid targets."""
+        mean, std = self(context, targets)
+        return gaussian_nll(mean, std, y, targets.mask)
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of scalar parameters of ``model``."""
+    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def describe(model: BSATNP) -> dict[str, Any]:
+    """A short summary of a model (parameter count and the config)."""
+    return {"parameters": count_params(model), **model.config.to_dict()}

@@ -1,0 +1,420 @@
+"""Biased Scan Attention (BSA) and its dense reference.
+
+:func:`biased_scan_attention` computes ``softmax(q kᵀ / √D + bias) v`` without ever
+holding the ``[Nq, Nk]`` score or bias matrix.  It tiles queries and keys, runs an
+online softmax (running max ``m``, running sum ``l``, rescaled output ``o``, as in
+FlashAttention-2) with :func:`jax.lax.scan`, and evaluates the bias tile by tile
+from per-point features (coordinates, times) through a user-supplied JAX function.
+
+The backward pass is a custom VJP in the FlashAttention-2 form: the forward keeps
+only the output and the per-row log-sum-exp, and the backward recomputes each
+score tile, so forward *and* backward need ``O(q_chunk · k_chunk)`` temporary
+memory per head instead of ``O(Nq · Nk)``.  Gradients flow to ``q``, ``k``, ``v``,
+to the floating-point leaves of ``q_feats``/``k_feats``, and to every array the
+bias function closes over (its learnable parameters).
+
+:func:`dense_attention` has the same signature and computes the same thing the
+plain way; it is the reference every test compares against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xnp.errors import ConfigError, ShapeError
+
+__all__ = ["BiasFn", "biased_scan_attention", "dense_attention"]
+
+#: ``bias_fn(q_feats_tile, k_feats_tile) -> [B, H, q_tile, k_tile]``.
+BiasFn = Callable[[Any, Any], jax.Array]
+
+_NEG_INF = -jnp.inf
+
+
+def _check_inputs(q, k, v, q_feats, k_feats, k_mask, bias_fn) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ShapeError(
+            "q, k and v must have shape [B, N, H, D]; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+        )
+    b, _, h, d = q.shape
+    if k.shape[0] != b or k.shape[2:] != (h, d):
+        raise ShapeError(
+            f"k must have shape [B={b}, Nk, H={h}, D={d}] to match q; got {tuple(k.shape)}."
+        )
+    if v.shape[:3] != k.shape[:3]:
+        raise ShapeError(f"v must have shape [B, Nk, H, Dv] = {tuple(k.shape[:3])} + (Dv,); "
+                         f"got {tuple(v.shape)}.")
+    if k_mask is not None and tuple(k_mask.shape) != tuple(k.shape[:2]):
+        raise ShapeError(f"k_mask must have shape [B, Nk] = {tuple(k.shape[:2])}; "
+                         f"got {tuple(k_mask.shape)}.")
+    for name, feats, n in (("q_feats", q_feats, q.shape[1]), ("k_feats", k_feats, k.shape[1])):
+        for leaf in jax.tree.leaves(feats):
+            if leaf.ndim < 2 or leaf.shape[:2] != (b, n):
+                raise ShapeError(
+                    f"every leaf of {name} must have leading dims [B, N] = [{b}, {n}]; "
+                    f"got a leaf of shape {tuple(leaf.shape)}."
+                )
+    if bias_fn is None and (q_feats is not None or k_feats is not None):
+        raise ConfigError("q_feats/k_feats were given without a bias_fn to use them.")
+
+
+def _chunk_size(n: int, chunk: int) -> int:
+    """Tile length for ``n`` points: at most ``chunk``, with as little padding as possible."""
+    if chunk <= 0:
+        raise ConfigError(f"chunk sizes must be positive; got {chunk}.")
+    if n <= chunk:
+        return n
+    n_tiles = math.ceil(n / chunk)
+    size = math.ceil(n / n_tiles)
+    return min(chunk, -(-size // 8) * 8)  # multiple of 8 keeps vector lanes full
+
+
+def _pad_points(x: jax.Array, n: int) -> jax.Array:
+    """Zero-pad axis 1 (the point axis) of ``x`` to length ``n``."""
+    extra = n - x.shape[1]
+    if not extra:
+        return x
+    return jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
+
+
+def _slice(x: jax.Array, i: jax.Array, size: int) -> jax.Array:
+    """Tile ``i`` of length ``size`` along axis 1."""
+    return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1)
+
+
+def _slice_tree(tree: Any, i: jax.Array, size: int) -> Any:
+    return jax.tree.map(lambda a: _slice(a, i, size), tree)
+
+
+def _update(x: jax.Array, tile: jax.Array, i: jax.Array, size: int) -> jax.Array:
+    """Write ``tile`` into tile ``i`` of ``x`` along axis 1 (in place under XLA)."""
+    return jax.lax.dynamic_update_slice_in_dim(x, tile.astype(x.dtype), i * size, axis=1)
+
+
+def _is_float(x: Any) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+class _FloatLeaves:
+    """Split a pytree into its floating-point leaves (differentiable) and the rest."""
+
+    def __init__(self, tree: Any):
+        self.leaves, self.treedef = jax.tree.flatten(tree)
+        self.is_float = [_is_float(leaf) for leaf in self.leaves]
+
+    def floats(self, tree: Any) -> list[jax.Array]:
+        return [x for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True) if f]
+
+    def rebuild(self, tree: Any, floats: list[jax.Array]) -> Any:
+        it = iter(floats)
+        leaves = [next(it) if f else x
+                  for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def cotangent(self, tree: Any, float_cts: list[jax.Array]) -> Any:
+        """Full cotangent tree: given float cotangents, ``float0`` zeros for the rest."""
+        it = iter(float_cts)
+        leaves = [next(it) if f else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+                  for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+def _scores(q_i, k_j, mask_j, bias):
+    """Masked scores ``[B, H, qc, kc]`` in float32 (``q_i`` already scaled by 1/√D)."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q_i, k_j, preferred_element_type=jnp.float32)
+    if bias is not None:
+        s = s + bias.astype(jnp.float32)
+    return jnp.where(mask_j[:, None, None, :], s, _NEG_INF)
+
+
+def _forward(fns, tiles, q, k, v, qf, kf, mask, consts):
+    """Online-softmax forward; returns the output ``[B, Nq, H, Dv]`` and lse ``[B, H, Nq]``."""
+    qc, kc = tiles[:2]
+    fn = fns[0]
+    b, nq, h, d = q.shape
+    dv = v.shape[-1]
+    scale = jnp.asarray(d**-0.5, q.dtype)
+
+    def q_step(carry, i):
+        out, lse = carry
+        q_i = _slice(q, i, qc) * scale
+        qf_i = _slice_tree(qf, i, qc)
+
+        def k_step(stats, j):
+            m, l, o = stats
+            bias = None if fn is None else fn(qf_i, _slice_tree(kf, j, kc), *consts)
+            s = _scores(q_i, _slice(k, j, kc), _slice(mask, j, kc), bias)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # rows with no key yet
+            p = jnp.exp(s - m_safe[..., None])
+            corr = jnp.exp(m - m_safe)
+            l = corr * l + jnp.sum(p, axis=-1)
+            v_j = _slice(v, j, kc)
+            pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), v_j,
+                            preferred_element_type=jnp.float32)
+            return (m_new, l, corr[..., None] * o + pv), None
+
+        init = (
+            jnp.full((b, h, qc), _NEG_INF, jnp.float32),
+            jnp.zeros((b, h, qc), jnp.float32),
+            jnp.zeros((b, h, qc, dv), jnp.float32),
+        )
+        (m, l, o), _ = jax.lax.scan(k_step, init, jnp.arange(k.shape[1] // kc))
+        valid = l > 0
+        l_safe = jnp.where(valid, l, 1.0)
+        o = jnp.where(valid[..., None], o / l_safe[..., None], 0.0)
+        lse_i = jnp.where(valid, m + jnp.log(l_safe), jnp.inf)
+        out = _update(out, jnp.swapaxes(o, 1, 2), i, qc)
+        lse = jax.lax.dynamic_update_slice_in_dim(lse, lse_i, i * qc, axis=2)
+        return (out, lse), None
+
+    init = (jnp.zeros((b, nq, h, dv), v.dtype), jnp.zeros((b, h, nq), jnp.float32))
+    (out, lse), _ = jax.lax.scan(q_step, init, jnp.arange(nq // qc))
+    return out, lse
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _bsa(fns, tiles, q, k, v, qf, kf, mask, consts):
+    return _forward(fns, tiles, q, k, v, qf, kf, mask, consts)[0]
+
+
+def _bsa_fwd(fns, tiles, q, k, v, qf, kf, mask, consts):
+    out, lse = _forward(fns, tiles, q, k, v, qf, kf, mask, consts)
+    return out, (q, k, v, qf, kf, mask, consts, out, lse)
+
+
+def _bsa_bwd(fns, tiles, res, d_out):
+    q, k, v, qf, kf, mask, consts, out, lse = res
+    qc, kc = tiles[0], tiles[2]
+    fn = fns[1]
+    b, nq, h, d = q.shape
+    scale = jnp.asarray(d**-0.5, q.dtype)
+    # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
+    delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
+    qf_split, kf_split, c_split = _FloatLeaves(qf), _FloatLeaves(kf), _FloatLeaves(consts)
+    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
+
+    def bias_and_vjp(qf_i, kf_j):
+        """Bias tile and a function mapping its cotangent to float-leaf cotangents."""
+
+        def f(c_fl, qf_fl, kf_fl):
+            c = c_split.rebuild(consts, c_fl)
+            return fn(qf_split.rebuild(qf_i, qf_fl), kf_split.rebuild(kf_j, kf_fl), *c)
+
+        return jax.vjp(f, c_split.floats(consts), qf_split.floats(qf_i), kf_split.floats(kf_j))
+
+    def q_step(carry, i):
+        dq, dk, dv, dqf, dkf, dc = carry
+        qs_i = _slice(q, i, qc) * scale
+        qf_i = _slice_tree(qf, i, qc)
+        do_i = _slice(d_out, i, qc)
+        lse_i = jax.lax.dynamic_slice_in_dim(lse, i * qc, qc, axis=2)
+        delta_i = jax.lax.dynamic_slice_in_dim(delta, i * qc, qc, axis=2)
+
+        def k_step(carry2, j):
+            dq_i, dqf_i, dk, dv, dkf, dc = carry2
+            k_j, v_j, kf_j = _slice(k, j, kc), _slice(v, j, kc), _slice_tree(kf, j, kc)
+            bias, vjp = (None, None) if fn is None else bias_and_vjp(qf_i, kf_j)
+            s = _scores(qs_i, k_j, _slice(mask, j, kc), bias)
+            p = jnp.exp(s - lse_i[..., None])
+            dp = jnp.einsum("bqhd,bkhd->bhqk", do_i, v_j, preferred_element_type=jnp.float32)
+            ds = p * (dp - delta_i[..., None])
+            dv_j = jnp.einsum("bhqk,bqhd->bkhd", p, do_i, preferred_element_type=jnp.float32)
+            dk_j = jnp.einsum("bhqk,bqhd->bkhd", ds, qs_i, preferred_element_type=jnp.float32)
+            dq_i = dq_i + jnp.einsum("bhqk,bkhd->bqhd", ds, k_j,
+                                     preferred_element_type=jnp.float32)
+            dk = _update(dk, _slice(dk, j, kc) + dk_j, j, kc)
+            dv = _update(dv, _slice(dv, j, kc) + dv_j, j, kc)
+            if vjp is not None:
+                dc_t, dqf_t, dkf_t = vjp(ds.astype(bias.dtype))
+                dc = jax.tree.map(jnp.add, dc, dc_t)
+                dqf_i = jax.tree.map(jnp.add, dqf_i, dqf_t)
+                dkf = [_update(a, _slice(a, j, kc) + t, j, kc)
+                       for a, t in zip(dkf, dkf_t, strict=True)]
+            return (dq_i, dqf_i, dk, dv, dkf, dc), None
+
+        init = (jnp.zeros((b, qc, h, d), jnp.float32), zeros_f32(qf_split.floats(qf_i)),
+                dk, dv, dkf, dc)
+        (dq_i, dqf_i, dk, dv, dkf, dc), _ = jax.lax.scan(
+            k_step, init, jnp.arange(k.shape[1] // kc)
+        )
+        dq = _update(dq, dq_i * scale, i, qc)
+        dqf = [_update(a, t, i, qc) for a, t in zip(dqf, dqf_i, strict=True)]
+        return (dq, dk, dv, dqf, dkf, dc), None
+
+    init = (
+        jnp.zeros(q.shape, q.dtype),
+        jnp.zeros(k.shape, jnp.float32),
+        jnp.zeros(v.shape, jnp.float32),
+        [jnp.zeros_like(a) for a in qf_split.floats(qf)],
+        zeros_f32(kf_split.floats(kf)),
+        zeros_f32(c_split.floats(consts)),
+    )
+    (dq, dk, dv, dqf, dkf, dc), _ = jax.lax.scan(q_step, init, jnp.arange(nq // qc))
+    cast = lambda ct, x: ct.astype(x.dtype)  # noqa: E731
+    return (
+        dq,
+        dk.astype(k.dtype),
+        dv.astype(v.dtype),
+        qf_split.cotangent(qf, dqf),
+        kf_split.cotangent(kf, jax.tree.map(cast, dkf, kf_split.floats(kf))),
+        np.zeros(mask.shape, dtype=jax.dtypes.float0),
+        c_split.cotangent(consts, jax.tree.map(cast, dc, c_split.floats(consts))),
+    )
+
+
+_bsa.defvjp(_bsa_fwd, _bsa_bwd)
+
+
+def _convert_bias(bias_fn, qf, kf, lead, qc, kcs):
+    """Closure-convert ``bias_fn`` for tiles ``(qc, kc)`` for each ``kc`` in ``kcs``.
+
+    Returns the converted functions and the closed-over arrays they take as extra
+    arguments (those receive gradients).  If the arrays differ between tile
+    shapes, the second function is None and the caller uses the first shape only.
+    """
+    fns, consts = [], None
+    for kc in kcs:
+        example = (jax.tree.map(lambda a: a[:, :qc], qf), jax.tree.map(lambda a: a[:, :kc], kf))
+        fn, found = jax.closure_convert(bias_fn, *example)
+        expected = (*lead, qc, kc)
+        got = jax.eval_shape(fn, *example, *found).shape
+        if tuple(got) != expected:
+            raise ShapeError(
+                f"bias_fn must return [B, H, q_tile, k_tile] = {list(expected)} for the "
+                f"tiles it is given; it returned shape {tuple(got)}."
+            )
+        if consts is None:
+            consts = found
+        elif len(found) != len(consts) or any(a is not b for a, b in zip(found, consts)):
+            fn = None
+        fns.append(fn)
+    return tuple(fns), consts
+
+
+def biased_scan_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    bias_fn: BiasFn | None = None,
+    q_feats: Any = None,
+    k_feats: Any = None,
+    k_mask: jax.Array | None = None,
+    q_chunk: int = 1024,
+    k_chunk: int = 1024,
+) -> jax.Array:
+    """Memory-efficient multi-head attention with a bias computed tile by tile.
+
+    Computes, for every batch element ``b``, head ``h`` and query ``i``::
+
+        out[b, i, h] = Σ_j softmax_j(q[b,i,h]·k[b,j,h] / √D + bias[b,h,i,j]) v[b,j,h]
+
+    over the keys with ``k_mask[b, j]`` True, where the bias tile is
+    ``bias_fn(q_feats_tile, k_feats_tile)``.  The full ``[Nq, Nk]`` matrix is never
+    formed, in the forward or the backward pass.
+
+    Parameters
+    ----------
+    q : array, shape ``[B, Nq, H, D]``
+        Queries.
+    k : array, shape ``[B, Nk, H, D]``
+        Keys.
+    v : array, shape ``[B, Nk, H, Dv]``
+        Values.
+    bias_fn : callable, optional
+        ``bias_fn(q_feats_tile, k_feats_tile) -> [B, H, q_tile, k_tile]``.  Any
+        arrays it closes over (e.g. learnable bias parameters) receive gradients.
+    q_feats, k_feats : pytree, optional
+        Per-point features for the bias; every leaf has leading dims ``[B, Nq]``
+        (resp. ``[B, Nk]``).  Tiles of them are passed to ``bias_fn``.
+    k_mask : bool array, shape ``[B, Nk]``, optional
+        True for real keys.  A query with no valid key gets a zero output.
+    q_chunk, k_chunk : int
+        Tile lengths.  Lengths that are not multiples are padded internally; the
+        tile is shrunk when that reduces padding.
+
+    Returns
+    -------
+    array, shape ``[B, Nq, H, Dv]``
+        Same dtype as ``v``; softmax statistics are accumulated in float32.
+
+    Examples
+    --------
+    >>> import jax
+    >>> q = k = v = jax.random.normal(jax.random.key(0), (1, 300, 2, 8))
+    >>> out = biased_scan_attention(q, k, v, q_chunk=128, k_chunk=128)
+    >>> bool(jnp.allclose(out, dense_attention(q, k, v), atol=1e-5))
+    True
+    """
+    _check_inputs(q, k, v, q_feats, k_feats, k_mask, bias_fn)
+    b, nq, _, _ = q.shape
+    nk = k.shape[1]
+    qc, kc = _chunk_size(nq, q_chunk), _chunk_size(nk, k_chunk)
+    mask = jnp.ones((b, nk), bool) if k_mask is None else jnp.asarray(k_mask, bool)
+
+    nq_pad, nk_pad = -(-nq // qc) * qc, -(-nk // kc) * kc
+    q_p = _pad_points(q, nq_pad)
+    k_p, v_p, mask_p = (_pad_points(a, nk_pad) for a in (k, v, mask))  # padding is masked
+    qf_p = jax.tree.map(lambda a: _pad_points(a, nq_pad), q_feats)
+    kf_p = jax.tree.map(lambda a: _pad_points(a, nk_pad), k_feats)
+
+    # The backward keeps p, dp and ds live per tile where the forward keeps s and p;
+    # it uses key tiles half as long so that its peak memory stays at the forward's.
+    kc_bwd = kc // 2 if kc % 16 == 0 else kc
+    if bias_fn is None:
+        fns, consts = (None, None), []
+    else:
+        fns, consts = _convert_bias(bias_fn, qf_p, kf_p, (b, q.shape[2]), qc, (kc, kc_bwd))
+        if fns[1] is None:
+            fns, kc_bwd = (fns[0], fns[0]), kc
+    out = _bsa(fns, (qc, kc, kc_bwd), q_p, k_p, v_p, qf_p, kf_p, mask_p, list(consts))
+    return out[:, :nq]
+
+
+def dense_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    bias_fn: BiasFn | None = None,
+    q_feats: Any = None,
+    k_feats: Any = None,
+    k_mask: jax.Array | None = None,
+    q_chunk: int | None = None,
+    k_chunk: int | None = None,
+) -> jax.Array:
+    """Plain multi-head attention with the signature of :func:`biased_scan_attention`.
+
+    Materialises the full ``[B, H, Nq, Nk]`` score matrix (and calls ``bias_fn``
+    once on all points); ``q_chunk``/``k_chunk`` are accepted and ignored.  It is
+    the reference implementation for tests and small problems.
+
+    Examples
+    --------
+    >>> import jax
+    >>> q = k = v = jnp.ones((1, 4, 1, 2))
+    >>> dense_attention(q, k, v).shape
+    (1, 4, 1, 2)
+    """
+    del q_chunk, k_chunk
+    _check_inputs(q, k, v, q_feats, k_feats, k_mask, bias_fn)
+    scale = q.shape[-1] ** -0.5
+    s = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k, preferred_element_type=jnp.float32)
+    if bias_fn is not None:
+        s = s + bias_fn(q_feats, k_feats).astype(jnp.float32)
+    mask = jnp.ones(k.shape[:2], bool) if k_mask is None else jnp.asarray(k_mask, bool)
+    s = jnp.where(mask[:, None, None, :], s, _NEG_INF)
+    any_key = jnp.any(mask, axis=-1)[:, None, None, None]
+    p = jax.nn.softmax(jnp.where(any_key, s, 0.0), axis=-1)
+    p = jnp.where(any_key, p, 0.0)
+    out = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.astype(v.dtype)

@@ -1,0 +1,121 @@
+"""Small building blocks: MLPs and multi-head attention with a pluggable kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from xnp.nn.attention import biased_scan_attention, dense_attention
+
+__all__ = ["MLP", "MultiHeadAttention", "dense"]
+
+AttentionKind = Literal["bsa", "dense"]
+
+_KERNEL_INIT = nnx.initializers.orthogonal()
+
+
+def dense(d_in: int, d_out: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32) -> nnx.Linear:
+    """A Linear layer with orthogonal kernel init and zero bias (the paper's choice)."""
+    return nnx.Linear(d_in, d_out, kernel_init=_KERNEL_INIT, dtype=dtype, rngs=rngs)
+
+
+class MLP(nnx.Module):
+    """Dense layers with GELU between them and none after the last.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``[d_in, h_1, ..., d_out]``.
+
+    Examples
+    --------
+    >>> mlp = MLP([3, 16, 2], rngs=nnx.Rngs(0))
+    >>> mlp(jnp.ones((5, 3))).shape
+    (5, 2)
+    """
+
+    def __init__(self, sizes: Sequence[int], *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        self.layers = nnx.List(
+            [dense(a, b, rngs=rngs, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])]
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Apply the MLP to the last axis of ``x``."""
+        for i, layer in enumerate(self.layers):
+            if i:
+                x = jax.nn.gelu(x)
+            x = layer(x)
+        return x
+
+
+class MultiHeadAttention(nnx.Module):
+    """Multi-head attention whose key/value projection can be computed once and reused.
+
+    Queries, keys and values are projected to ``d_attn`` and split into
+    ``n_heads``; the heads are combined by an output projection to ``d_out``.
+    The attention kernel is Biased Scan Attention (``"bsa"``) or the dense
+    reference (``"dense"``).
+
+    Examples
+    --------
+    >>> mha = MultiHeadAttention(8, 16, 2, 8, rngs=nnx.Rngs(0))
+    >>> x = jnp.ones((1, 5, 8))
+    >>> mha(x, mha.project_kv(x)).shape
+    (1, 5, 8)
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_attn: int,
+        n_heads: int,
+        d_out: int,
+        *,
+        kind: AttentionKind = "bsa",
+        q_chunk: int = 1024,
+        k_chunk: int = 1024,
+        rngs: nnx.Rngs,
+        dtype: Any = jnp.float32,
+    ):
+        self.n_heads = n_heads
+        self.kind = kind
+        self.q_chunk, self.k_chunk = q_chunk, k_chunk
+        self.q = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
+        self.k = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
+        self.v = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
+        self.out = dense(d_attn, d_out, rngs=rngs, dtype=dtype)
+
+    def _heads(self, x: jax.Array) -> jax.Array:
+        return x.reshape(*x.shape[:-1], self.n_heads, x.shape[-1] // self.n_heads)
+
+    def project_kv(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Keys and values ``[B, N, H, D]`` of tokens ``x`` ``[B, N, d_in]``."""
+        return self._heads(self.k(x)), self._heads(self.v(x))
+
+    def __call__(
+        self,
+        x: jax.Array,
+        kv: tuple[jax.Array, jax.Array],
+        *,
+        bias_fn: Callable | None = None,
+        q_feats: Any = None,
+        k_feats: Any = None,
+        k_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Attend from query tokens ``x`` ``[B, Nq, d_in]`` to projected ``kv``."""
+        attend = biased_scan_attention if self.kind == "bsa" else dense_attention
+        out = attend(
+            self._heads(self.q(x)),
+            *kv,
+            bias_fn=bias_fn,
+            q_feats=q_feats if bias_fn is not None else None,
+            k_feats=k_feats if bias_fn is not None else None,
+            k_mask=k_mask,
+            q_chunk=self.q_chunk,
+            k_chunk=self.k_chunk,
+        )
+        return self.out(out.reshape(*out.shape[:-2], -1))
