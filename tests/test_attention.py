@@ -37,10 +37,12 @@ A0, B0 = jnp.array([1.0, -0.5]), jnp.array([0.5, 2.0])
 
 
 def run(attn, q, k, v, a, b, sq, sk, *, qf_int, kf_int, mask, use_bias, chunks):
-    kwargs = dict(k_mask=mask, q_chunk=chunks[0], k_chunk=chunks[1])
+    kwargs = {"k_mask": mask, "q_chunk": chunks[0], "k_chunk": chunks[1]}
     if use_bias:
         kwargs.update(
-            bias_fn=rbf_bias(a, b), q_feats={"s": sq, "id": qf_int}, k_feats={"s": sk, "id": kf_int}
+            bias_fn=rbf_bias(a, b),
+            q_feats={"s": sq, "id": qf_int},
+            k_feats={"s": sk, "id": kf_int},
         )
     out = attn(q, k, v, **kwargs)
     return jnp.sum(jnp.sin(out) * out), out
@@ -60,8 +62,21 @@ def test_bsa_matches_dense_values_and_gradients(nq, nk, chunks, use_bias, use_ma
     for attn in (biased_scan_attention, dense_attention):
 
         def loss(q, k, v, a, b, sq, sk, attn=attn):
-            return run(attn, q, k, v, a, b, sq, sk, qf_int=qf["id"], kf_int=kf["id"],
-                       mask=mask, use_bias=use_bias, chunks=chunks)
+            return run(
+                attn,
+                q,
+                k,
+                v,
+                a,
+                b,
+                sq,
+                sk,
+                qf_int=qf["id"],
+                kf_int=kf["id"],
+                mask=mask,
+                use_bias=use_bias,
+                chunks=chunks,
+            )
 
         grad = jax.jit(jax.value_and_grad(loss, argnums=range(7), has_aux=True))
         (_, out), grads = grad(q, k, v, A0, B0, qf["s"], kf["s"])
@@ -96,8 +111,13 @@ def test_value_dim_may_differ_and_dtype_is_kept():
     out = biased_scan_attention(q, k, v, q_chunk=4, k_chunk=4)
     assert out.shape == (B, 10, H, 5)
     np.testing.assert_allclose(out, dense_attention(q, k, v), atol=2e-6)
-    out16 = biased_scan_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16),
-                                  v.astype(jnp.bfloat16), q_chunk=4, k_chunk=4)
+    out16 = biased_scan_attention(
+        q.astype(jnp.bfloat16),
+        k.astype(jnp.bfloat16),
+        v.astype(jnp.bfloat16),
+        q_chunk=4,
+        k_chunk=4,
+    )
     assert out16.dtype == jnp.bfloat16
     np.testing.assert_allclose(out16.astype(jnp.float32), out, atol=5e-2)
 
@@ -111,11 +131,13 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ShapeError, match="k_mask"):
         biased_scan_attention(q, k, v, k_mask=mask[:, :4])
     with pytest.raises(ShapeError, match="leading dims"):
-        biased_scan_attention(q, k, v, bias_fn=rbf_bias(A0, B0), q_feats={"s": qf["s"][:, :3]},
-                              k_feats=kf)
+        biased_scan_attention(
+            q, k, v, bias_fn=rbf_bias(A0, B0), q_feats={"s": qf["s"][:, :3]}, k_feats=kf
+        )
     with pytest.raises(ShapeError, match="bias_fn must return"):
-        biased_scan_attention(q, k, v, bias_fn=lambda a, b: jnp.zeros((1, 1)), q_feats=qf,
-                              k_feats=kf)
+        biased_scan_attention(
+            q, k, v, bias_fn=lambda a, b: jnp.zeros((1, 1)), q_feats=qf, k_feats=kf
+        )
     with pytest.raises(ConfigError, match="without a bias_fn"):
         biased_scan_attention(q, k, v, q_feats=qf, k_feats=kf)
     with pytest.raises(ConfigError, match="positive"):

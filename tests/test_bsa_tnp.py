@@ -32,14 +32,35 @@ EUCLID = BSATNPConfig.tiny(spatial_bias="euclidean", spatial_scale=1.0)
 SPHERE = BSATNPConfig.tiny(spatial_bias="great_circle", temporal_bias=True, dim_x=2)
 
 
+class Jitted:
+    """A model whose forward, condition and predict are jit-compiled (fast tests)."""
+
+    def __init__(self, model):
+        graphdef, self.params = nnx.split(model)
+        merge = lambda p: nnx.merge(graphdef, p)  # noqa: E731
+        self._call = jax.jit(lambda p, c, t: merge(p)(c, t))
+        self._condition = jax.jit(lambda p, c: merge(p).condition(c))
+        self._predict = jax.jit(lambda p, st, t: merge(p).predict(st, t))
+        self.merge = merge
+
+    def __call__(self, ctx, tgt):
+        return self._call(self.params, ctx, tgt)
+
+    def condition(self, ctx):
+        return self._condition(self.params, ctx)
+
+    def predict(self, state, tgt):
+        return self._predict(self.params, state, tgt)
+
+
 @pytest.fixture(scope="module")
 def euclid_model():
-    return BSATNP(EUCLID, rngs=nnx.Rngs(0))
+    return Jitted(BSATNP(EUCLID, rngs=nnx.Rngs(0)))
 
 
 @pytest.fixture(scope="module")
 def sphere_model():
-    return BSATNP(SPHERE, rngs=nnx.Rngs(1))
+    return Jitted(BSATNP(SPHERE, rngs=nnx.Rngs(1)))
 
 
 @pytest.fixture(scope="module")
@@ -94,16 +115,20 @@ def test_config_json_round_trip():
 
 def test_wrong_point_dims_raise(euclid_model, euclid_data):
     ctx, tgt = euclid_data
+    model = euclid_model.merge(euclid_model.params)
     with pytest.raises(ShapeError, match="dim_x"):
-        euclid_model(ctx.replace(x=jnp.zeros((2, 40, 3))), tgt)
+        model(ctx.replace(x=jnp.zeros((2, 40, 3))), tgt)
+    with pytest.raises(ShapeError, match="dim_s"):
+        model(ctx, tgt.replace(s=jnp.zeros((2, 25, 3))))
 
 
 def test_a_context_permutation_invariance(euclid_model, euclid_data):
     ctx, tgt = euclid_data
     perm = jax.random.permutation(jax.random.key(5), ctx.size)
     shuffled = jax.tree.map(lambda a: a[:, perm], ctx)
-    np.testing.assert_allclose(euclid_model(shuffled, tgt)[0], euclid_model(ctx, tgt)[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        euclid_model(shuffled, tgt)[0], euclid_model(ctx, tgt)[0], atol=1e-5
+    )
 
 
 def test_b_targets_are_independent(sphere_model):
@@ -112,7 +137,7 @@ def test_b_targets_are_independent(sphere_model):
     def means(s, x):
         return sphere_model(ctx, tgt.replace(s=s, x=x))[0][..., 0]
 
-    jac_s, jac_x = jax.jacrev(means, argnums=(0, 1))(tgt.s, tgt.x)  # [B, Nt, B, Nt, .]
+    jac_s, jac_x = jax.jit(jax.jacrev(means, argnums=(0, 1)))(tgt.s, tgt.x)  # [B, Nt, B, Nt, .]
     for jac in (jac_s, jac_x):
         j = jnp.abs(jac).sum(-1)
         for b in range(2):
@@ -136,7 +161,7 @@ def test_c_padding_changes_nothing_and_gets_no_gradient(sphere_model):
         p = padded.replace(f=f, s=s, x=x)
         return jnp.sum(sphere_model(p, tgt)[0])
 
-    grads = jax.grad(total, argnums=(0, 1, 2))(padded.f, padded.s, padded.x)
+    grads = jax.jit(jax.grad(total, argnums=(0, 1, 2)))(padded.f, padded.s, padded.x)
     for g in grads:
         np.testing.assert_array_equal(g[:, 40:], 0.0)
         assert float(jnp.abs(g[:, :40]).sum()) > 0
@@ -154,16 +179,22 @@ def test_d_chunked_prediction_equals_one_shot(sphere_model):
 def test_e_translation_invariance_euclidean(euclid_model, euclid_data):
     ctx, tgt = euclid_data
     shift = lambda p: p.replace(s=p.s + 10.0)  # noqa: E731
-    np.testing.assert_allclose(euclid_model(shift(ctx), shift(tgt))[0],
-                               euclid_model(ctx, tgt)[0], atol=1e-4)
+    np.testing.assert_allclose(
+        euclid_model(shift(ctx), shift(tgt))[0], euclid_model(ctx, tgt)[0], atol=1e-4
+    )
 
 
 def rotate_latlon(s, rotation):
     lat, lon = jnp.deg2rad(s[..., 0]), jnp.deg2rad(s[..., 1])
     xyz = jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], -1)
     r = xyz @ rotation.T
-    return jnp.stack([jnp.rad2deg(jnp.arcsin(jnp.clip(r[..., 2], -1, 1))),
-                      jnp.rad2deg(jnp.arctan2(r[..., 1], r[..., 0]))], -1)
+    return jnp.stack(
+        [
+            jnp.rad2deg(jnp.arcsin(jnp.clip(r[..., 2], -1, 1))),
+            jnp.rad2deg(jnp.arctan2(r[..., 1], r[..., 0])),
+        ],
+        -1,
+    )
 
 
 def test_f_rotation_invariance_great_circle(sphere_model):
@@ -186,8 +217,8 @@ def test_bsa_model_matches_dense_model_values_and_gradients():
     for kind in ("bsa", "dense"):
         model = BSATNP(cfg.replace(attention=kind), rngs=nnx.Rngs(3))
         graphdef, params = nnx.split(model)
-        loss, grads = jax.value_and_grad(
-            lambda p, gd=graphdef: nnx.merge(gd, p).loss(ctx, tgt, y)
+        loss, grads = jax.jit(
+            jax.value_and_grad(lambda p, gd=graphdef: nnx.merge(gd, p).loss(ctx, tgt, y))
         )(params)
         results.append((loss, jax.tree.leaves(grads)))
     (loss, grads), (loss_ref, grads_ref) = results
@@ -200,18 +231,17 @@ def test_g_training_beats_the_trivial_predictor():
     tasks = GPTasks(dims=1, n_context=(8, 32), n_target=32, lengthscale=(3.0, 7.0))
     cfg = BSATNPConfig.tiny(spatial_bias="euclidean", dim_s=1, spatial_scale=1.0)
     graphdef, params = nnx.split(BSATNP(cfg, rngs=nnx.Rngs(0)))
-    tx = make_optimizer(learning_rate=3e-3, final_learning_rate=1e-4, steps=300,
-                        warmup_steps=20)
+    tx = make_optimizer(learning_rate=3e-3, final_learning_rate=1e-4, steps=300, warmup_steps=20)
     opt_state = tx.init(params)
     step = make_train_step(graphdef, tx, lambda m, batch: m.loss(*batch))
     sample = jax.jit(lambda k: sample_gp_batch(k, tasks, batch_size=16))
     for key in jax.random.split(jax.random.key(0), 300):
         params, opt_state, _ = step(params, opt_state, sample(key))
-    model = nnx.merge(graphdef, params)
+    loss = jax.jit(lambda p, batch: nnx.merge(graphdef, p).loss(*batch))
     nll, trivial = [], []
     for key in jax.random.split(jax.random.key(1), 4):
         ctx, tgt, y = sample(key)
-        nll.append(float(model.loss(ctx, tgt, y)))
+        nll.append(float(loss(params, (ctx, tgt, y))))
         trivial.append(float(0.5 * jnp.log(2 * jnp.pi) + 0.5 * jnp.mean(y**2)))
     # zero-mean unit-variance prediction scores ≈ 1.42 nats; a trained NP far less
     assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)

@@ -19,7 +19,7 @@ from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
 from xnp.points import Points
 
-__all__ = ["GPTasks", "rbf_kernel", "sample_gp_batch"]
+__all__ = ["GPTasks", "gp_oracle", "rbf_kernel", "sample_gp_batch"]
 
 
 def rbf_kernel(a: jax.Array, b: jax.Array, lengthscale: jax.Array) -> jax.Array:
@@ -75,7 +75,9 @@ class GPTasks:
     def __post_init__(self) -> None:
         lo, hi = self.n_context
         if not 1 <= lo <= hi:
-            raise ConfigError(f"n_context must be (lo, hi) with 1 ≤ lo ≤ hi; got {self.n_context}.")
+            raise ConfigError(
+                f"n_context must be (lo, hi) with 1 ≤ lo ≤ hi; got {self.n_context}."
+            )
         if self.n_target < 1:
             raise ConfigError(f"n_target must be positive; got {self.n_target}.")
         if self.geometry not in ("plane", "sphere"):
@@ -89,8 +91,9 @@ class GPTasks:
 def _locations(key: jax.Array, tasks: GPTasks, n: int) -> tuple[jax.Array, jax.Array]:
     """``(s, coords for the kernel)`` of ``n`` random points of one task."""
     if tasks.geometry == "plane":
-        s = jax.random.uniform(key, (n, tasks.dims), minval=tasks.domain[0],
-                               maxval=tasks.domain[1])
+        s = jax.random.uniform(
+            key, (n, tasks.dims), minval=tasks.domain[0], maxval=tasks.domain[1]
+        )
         return s, s
     k_lat, k_lon = jax.random.split(key)
     sin_lo, sin_hi = jnp.sin(jnp.deg2rad(jnp.asarray(tasks.lat_range)))
@@ -114,20 +117,49 @@ def _one_task(key: jax.Array, tasks: GPTasks):
     n_ctx = jax.random.randint(k_n, (), tasks.n_context[0], n_max + 1)
     y_ctx = f[:n_max] + tasks.noise * jax.random.normal(k_noise, (n_max,))
     mask = jnp.arange(n_max) < n_ctx
-    return s[:n_max], y_ctx, mask, s[n_max:], f[n_max:]
+    return s[:n_max], y_ctx, mask, s[n_max:], f[n_max:], ell
 
 
 def sample_gp_batch(
-    key: jax.Array, tasks: GPTasks, *, batch_size: int = 8
-) -> tuple[Points, Points, jax.Array]:
+    key: jax.Array, tasks: GPTasks, *, batch_size: int = 8, return_lengthscale: bool = False
+) -> tuple[Points, Points, jax.Array] | tuple[Points, Points, jax.Array, jax.Array]:
     """Sample a batch of GP tasks: ``(context, targets, target values)``.
 
     Context is padded to ``tasks.n_context[1]`` points with a mask; targets are
-    noiseless function values.  Jittable (``tasks`` and ``batch_size`` static).
+    noiseless function values.  With ``return_lengthscale``, the per-task
+    lengthscales ``[B]`` come fourth (for the exact-GP oracle).  Jittable
+    (``tasks``, ``batch_size`` and ``return_lengthscale`` static).
     """
-    s_c, y_c, mask_c, s_t, y_t = jax.vmap(lambda k: _one_task(k, tasks))(
+    s_c, y_c, mask_c, s_t, y_t, ell = jax.vmap(lambda k: _one_task(k, tasks))(
         jax.random.split(key, batch_size)
     )
     context = Points.from_arrays(s=s_c, f=y_c[..., None], mask=mask_c)
     targets = Points.from_arrays(s=s_t)
+    if return_lengthscale:
+        return context, targets, y_t[..., None], ell
     return context, targets, y_t[..., None]
+
+
+def gp_oracle(
+    context: Points, targets: Points, lengthscale: jax.Array, noise: float
+) -> tuple[jax.Array, jax.Array]:
+    """Exact GP posterior mean and std ``[B, Nt, 1]`` of the noiseless targets (plane).
+
+    The Bayes-optimal predictor for tasks from :class:`GPTasks` with
+    ``geometry="plane"``: the NLL an NP can at best reach.  Masked context points
+    are ignored exactly.
+    """
+
+    def one(sc, yc, mask, st, ell):
+        m = mask.astype(sc.dtype)
+        k_cc = rbf_kernel(sc, sc, ell) * m[:, None] * m[None, :]
+        k_cc = k_cc + jnp.diag(jnp.where(mask, noise**2 + 1e-6, 1.0))
+        k_tc = rbf_kernel(st, sc, ell) * m[None, :]
+        chol = jax.scipy.linalg.cho_factor(k_cc, lower=True)
+        alpha = jax.scipy.linalg.cho_solve(chol, yc * m)
+        mean = k_tc @ alpha
+        w = jax.scipy.linalg.solve_triangular(chol[0], k_tc.T, lower=True)
+        var = jnp.maximum(1.0 - jnp.sum(w * w, axis=0), 1e-10)
+        return mean[:, None], jnp.sqrt(var)[:, None]
+
+    return jax.vmap(one)(context.s, context.f[..., 0], context.mask, targets.s, lengthscale)

@@ -81,7 +81,7 @@ class KRBlock(nnx.Module):
         self.ffn = MLP([d, cfg.ffn_hidden, d], dtype=dtype, rngs=rngs)
 
     def context_kv(self, e: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """This block's keys and values of context tokens ``e`` (block input)."""
+        """Keys and values of this block for context tokens ``e`` (the block input)."""
         return self.attn.project_kv(self.norm1(e))
 
     def __call__(
@@ -153,8 +153,11 @@ class BSATNP(nnx.Module):
         flag = self.obs_embed(jnp.full((b, n), int(observed), jnp.int32))
         parts = [flag, p.x]
         if cfg.embed_s:
-            parts.append(latlon_to_xyz(p.s[..., 0], p.s[..., 1])
-                         if cfg.spatial_bias == "great_circle" else p.s)
+            parts.append(
+                latlon_to_xyz(p.s[..., 0], p.s[..., 1])
+                if cfg.spatial_bias == "great_circle"
+                else p.s
+            )
         if cfg.embed_t:
             parts.append(p.t)
         parts.append(p.f if observed else jnp.zeros_like(p.f))

@@ -100,9 +100,20 @@ class BSATNPConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     def __post_init__(self) -> None:
-        for name in ("dim_y", "n_blocks", "n_heads", "dim_token", "dim_attn", "dim_obs_embed",
-                     "ffn_hidden", "n_basis_space", "n_basis_time", "q_chunk", "k_chunk",
-                     "dim_s"):
+        for name in (
+            "dim_y",
+            "n_blocks",
+            "n_heads",
+            "dim_token",
+            "dim_attn",
+            "dim_obs_embed",
+            "ffn_hidden",
+            "n_basis_space",
+            "n_basis_time",
+            "q_chunk",
+            "k_chunk",
+            "dim_s",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
@@ -139,11 +150,11 @@ class BSATNPConfig:
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:
         """A small preset (a few thousand parameters) for tests and demos."""
-        sizes = dict(
-            n_blocks=2, n_heads=2, dim_token=16, dim_attn=16, dim_obs_embed=2,
-            embed_hidden=(32,), ffn_hidden=32, head_hidden=(32,), n_basis_space=3,
-            n_basis_time=2,
-        )  # fmt: skip
+        sizes = {
+            "n_blocks": 2, "n_heads": 2, "dim_token": 16, "dim_attn": 16, "dim_obs_embed": 2,
+            "embed_hidden": (32,), "ffn_hidden": 32, "head_hidden": (32,), "n_basis_space": 3,
+            "n_basis_time": 2,
+        }  # fmt: skip
         return cls(**{**sizes, **overrides})
 
     def replace(self, **changes: Any) -> Self:

@@ -50,11 +50,14 @@ def _check_inputs(q, k, v, q_feats, k_feats, k_mask, bias_fn) -> None:
             f"k must have shape [B={b}, Nk, H={h}, D={d}] to match q; got {tuple(k.shape)}."
         )
     if v.shape[:3] != k.shape[:3]:
-        raise ShapeError(f"v must have shape [B, Nk, H, Dv] = {tuple(k.shape[:3])} + (Dv,); "
-                         f"got {tuple(v.shape)}.")
+        raise ShapeError(
+            f"v must have shape [B, Nk, H, Dv] = {tuple(k.shape[:3])} + (Dv,); "
+            f"got {tuple(v.shape)}."
+        )
     if k_mask is not None and tuple(k_mask.shape) != tuple(k.shape[:2]):
-        raise ShapeError(f"k_mask must have shape [B, Nk] = {tuple(k.shape[:2])}; "
-                         f"got {tuple(k_mask.shape)}.")
+        raise ShapeError(
+            f"k_mask must have shape [B, Nk] = {tuple(k.shape[:2])}; got {tuple(k_mask.shape)}."
+        )
     for name, feats, n in (("q_feats", q_feats, q.shape[1]), ("k_feats", k_feats, k.shape[1])):
         for leaf in jax.tree.leaves(feats):
             if leaf.ndim < 2 or leaf.shape[:2] != (b, n):
@@ -115,15 +118,18 @@ class _FloatLeaves:
 
     def rebuild(self, tree: Any, floats: list[jax.Array]) -> Any:
         it = iter(floats)
-        leaves = [next(it) if f else x
-                  for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)]
+        leaves = [
+            next(it) if f else x for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)
+        ]
         return jax.tree.unflatten(self.treedef, leaves)
 
     def cotangent(self, tree: Any, float_cts: list[jax.Array]) -> Any:
         """Full cotangent tree: given float cotangents, ``float0`` zeros for the rest."""
         it = iter(float_cts)
-        leaves = [next(it) if f else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
-                  for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)]
+        leaves = [
+            next(it) if f else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+            for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)
+        ]
         return jax.tree.unflatten(self.treedef, leaves)
 
 
@@ -149,27 +155,28 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts):
         qf_i = _slice_tree(qf, i, qc)
 
         def k_step(stats, j):
-            m, l, o = stats
+            m, den, o = stats
             bias = None if fn is None else fn(qf_i, _slice_tree(kf, j, kc), *consts)
             s = _scores(q_i, _slice(k, j, kc), _slice(mask, j, kc), bias)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # rows with no key yet
             p = jnp.exp(s - m_safe[..., None])
             corr = jnp.exp(m - m_safe)
-            l = corr * l + jnp.sum(p, axis=-1)
+            den = corr * den + jnp.sum(p, axis=-1)
             v_j = _slice(v, j, kc)
-            pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), v_j,
-                            preferred_element_type=jnp.float32)
-            return (m_new, l, corr[..., None] * o + pv), None
+            pv = jnp.einsum(
+                "bhqk,bkhd->bhqd", p.astype(v.dtype), v_j, preferred_element_type=jnp.float32
+            )
+            return (m_new, den, corr[..., None] * o + pv), None
 
         init = (
             jnp.full((b, h, qc), _NEG_INF, jnp.float32),
             jnp.zeros((b, h, qc), jnp.float32),
             jnp.zeros((b, h, qc, dv), jnp.float32),
         )
-        (m, l, o), _ = jax.lax.scan(k_step, init, jnp.arange(k.shape[1] // kc))
-        valid = l > 0
-        l_safe = jnp.where(valid, l, 1.0)
+        (m, den, o), _ = jax.lax.scan(k_step, init, jnp.arange(k.shape[1] // kc))
+        valid = den > 0
+        l_safe = jnp.where(valid, den, 1.0)
         o = jnp.where(valid[..., None], o / l_safe[..., None], 0.0)
         lse_i = jnp.where(valid, m + jnp.log(l_safe), jnp.inf)
         out = _update(out, jnp.swapaxes(o, 1, 2), i, qc)
@@ -229,20 +236,29 @@ def _bsa_bwd(fns, tiles, res, d_out):
             ds = p * (dp - delta_i[..., None])
             dv_j = jnp.einsum("bhqk,bqhd->bkhd", p, do_i, preferred_element_type=jnp.float32)
             dk_j = jnp.einsum("bhqk,bqhd->bkhd", ds, qs_i, preferred_element_type=jnp.float32)
-            dq_i = dq_i + jnp.einsum("bhqk,bkhd->bqhd", ds, k_j,
-                                     preferred_element_type=jnp.float32)
+            dq_i = dq_i + jnp.einsum(
+                "bhqk,bkhd->bqhd", ds, k_j, preferred_element_type=jnp.float32
+            )
             dk = _update(dk, _slice(dk, j, kc) + dk_j, j, kc)
             dv = _update(dv, _slice(dv, j, kc) + dv_j, j, kc)
             if vjp is not None:
                 dc_t, dqf_t, dkf_t = vjp(ds.astype(bias.dtype))
                 dc = jax.tree.map(jnp.add, dc, dc_t)
                 dqf_i = jax.tree.map(jnp.add, dqf_i, dqf_t)
-                dkf = [_update(a, _slice(a, j, kc) + t, j, kc)
-                       for a, t in zip(dkf, dkf_t, strict=True)]
+                dkf = [
+                    _update(a, _slice(a, j, kc) + t, j, kc)
+                    for a, t in zip(dkf, dkf_t, strict=True)
+                ]
             return (dq_i, dqf_i, dk, dv, dkf, dc), None
 
-        init = (jnp.zeros((b, qc, h, d), jnp.float32), zeros_f32(qf_split.floats(qf_i)),
-                dk, dv, dkf, dc)
+        init = (
+            jnp.zeros((b, qc, h, d), jnp.float32),
+            zeros_f32(qf_split.floats(qf_i)),
+            dk,
+            dv,
+            dkf,
+            dc,
+        )
         (dq_i, dqf_i, dk, dv, dkf, dc), _ = jax.lax.scan(
             k_step, init, jnp.arange(k.shape[1] // kc)
         )
@@ -283,7 +299,10 @@ def _convert_bias(bias_fn, qf, kf, lead, qc, kcs):
     """
     fns, consts = [], None
     for kc in kcs:
-        example = (jax.tree.map(lambda a: a[:, :qc], qf), jax.tree.map(lambda a: a[:, :kc], kf))
+        example = (
+            jax.tree.map(lambda a: a[:, :qc], qf),
+            jax.tree.map(lambda a, kc=kc: a[:, :kc], kf),
+        )
         fn, found = jax.closure_convert(bias_fn, *example)
         expected = (*lead, qc, kc)
         got = jax.eval_shape(fn, *example, *found).shape
@@ -294,7 +313,9 @@ def _convert_bias(bias_fn, qf, kf, lead, qc, kcs):
             )
         if consts is None:
             consts = found
-        elif len(found) != len(consts) or any(a is not b for a, b in zip(found, consts)):
+        elif len(found) != len(consts) or any(
+            a is not b for a, b in zip(found, consts, strict=True)
+        ):
             fn = None
         fns.append(fn)
     return tuple(fns), consts

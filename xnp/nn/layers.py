@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -40,7 +41,7 @@ class MLP(nnx.Module):
 
     def __init__(self, sizes: Sequence[int], *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         self.layers = nnx.List(
-            [dense(a, b, rngs=rngs, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])]
+            [dense(a, b, rngs=rngs, dtype=dtype) for a, b in itertools.pairwise(sizes)]
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
