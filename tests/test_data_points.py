@@ -14,10 +14,15 @@ from strategies import (
 )
 
 import xnp
-from xnp.data.coords import VariableNotFoundError
 from xnp.data.covariates import covariate_channels, interpolate_dem
 from xnp.data.points import predictions_to_xarray, to_points
-from xnp.errors import CoordinateError, DimensionError, EmptyDataError, ShapeError
+from xnp.errors import (
+    CoordinateError,
+    DimensionError,
+    EmptyDataError,
+    ShapeError,
+    VariableNotFoundError,
+)
 
 
 @settings(max_examples=40, deadline=None)

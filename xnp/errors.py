@@ -15,6 +15,7 @@ __all__ = [
     "EmptyDataError",
     "IncompatibleUnitsError",
     "ShapeError",
+    "VariableNotFoundError",
     "XnpError",
     "XnpWarning",
 ]
@@ -34,6 +35,13 @@ class ShapeError(XnpError, ValueError):
 
 class CoordinateError(XnpError, KeyError):
     """A coordinate (latitude, longitude, time, ...) is missing or invalid."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class VariableNotFoundError(XnpError, KeyError):
+    """A data variable asked for by name is not in the dataset."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""

@@ -31,11 +31,10 @@ import xarray as xr
 
 from xnp.data import _names
 from xnp.data.times import check_time_axis, time_hours
-from xnp.errors import CoordinateError, DimensionError, XnpError
+from xnp.errors import CoordinateError, DimensionError, VariableNotFoundError
 
 __all__ = [
     "Layout",
-    "VariableNotFoundError",
     "elevation_metres",
     "find_coords",
     "latlon",
@@ -43,13 +42,6 @@ __all__ = [
 ]
 
 XrObj = xr.Dataset | xr.DataArray
-
-
-class VariableNotFoundError(XnpError, KeyError):
-    """A data variable asked for by name is not in the dataset."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

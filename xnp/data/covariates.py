@@ -27,8 +27,8 @@ import xarray as xr
 from scipy.interpolate import RegularGridInterpolator
 
 from xnp.data import _names
-from xnp.data.coords import Layout, VariableNotFoundError, elevation_metres, find_coords
-from xnp.errors import CoordinateError, DimensionError
+from xnp.data.coords import Layout, elevation_metres, find_coords
+from xnp.errors import CoordinateError, DimensionError, VariableNotFoundError
 
 __all__ = [
     "PERIODIC_COVARIATES",

@@ -88,15 +88,15 @@ def great_circle_distance(
     With the default radius the result is in kilometres.  Inputs broadcast
     against each other.  The formula works on coordinate differences, so it keeps
     float32 inputs' own resolution for nearby points, and on an ``atan2``, so it is
-    accurate up to antipodal points.  Longitudes need not be wrapped: ``x`` and ``x + 360`` give
-    the same distance.
+    accurate up to antipodal points.  Longitudes need not be wrapped: ``x`` and
+    ``x + 360`` give the same distance.
 
     Examples
     --------
     >>> round(float(great_circle_distance(0.0, 0.0, 0.0, 180.0)), 1)  # π R
     20015.1
-    >>> round(float(great_circle_distance(51.5, -0.13, 48.86, 2.35)))  # London–Paris
-    342
+    >>> int(great_circle_distance(51.5074, -0.1278, 48.8566, 2.3522))  # London–Paris, km
+    343
     """
     phi1, phi2 = jnp.deg2rad(jnp.asarray(lat1)), jnp.deg2rad(jnp.asarray(lat2))
     # differences first, in degrees: exact for nearby points (no cancellation later)

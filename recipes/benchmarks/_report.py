@@ -1,0 +1,64 @@
+"""Shared helpers of the benchmark scripts: timing, machine info, docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+HEADER = "# Benchmarks\n\nEvery table is written by the script named in its section; rerun it to update.\n"
+
+
+def best_time(fn: Callable[[], object], *, repeat: int = 3, min_time: float = 0.0) -> float:
+    """Best wall time of ``fn()`` (results blocked on) over ``repeat`` runs, after a warm-up."""
+    jax.block_until_ready(fn())
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - start)
+        if best > min_time and best > 5.0:
+            break
+    return best
+
+
+def matmul_gflops(n: int = 4096) -> float:
+    """This machine's float32 matmul rate (GFLOP/s) through XLA, n×n by n×n."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    mm = jax.jit(lambda x: x @ x)
+    return 2 * n**3 / best_time(lambda: mm(a), repeat=5) / 1e9
+
+
+def machine() -> str:
+    """One line describing the machine and software."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, JAX {jax.__version__} "
+            f"({jax.default_backend()}), Python {platform.python_version()}")  # fmt: skip
+
+
+def write_section(name: str, markdown: str) -> None:
+    """Replace (or append) section ``name`` of docs/benchmarks.md, atomically."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else HEADER
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    block = f"{begin}\n{markdown.strip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
+    fd, tmp = tempfile.mkstemp(dir=DOC.parent, prefix=".benchmarks.", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, DOC)
