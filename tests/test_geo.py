@@ -11,6 +11,7 @@ from xnp.geo import (
     central_angle_xyz,
     great_circle_distance,
     latlon_to_xyz,
+    pairwise_central_angle,
     wrap_longitude,
 )
 
@@ -99,3 +100,20 @@ def test_wrap_longitude_range(x):
     w = float(wrap_longitude(jnp.float32(x)))
     assert -180.0 <= w < 180.0 or w == pytest.approx(180.0, abs=1e-3)
     assert math.isclose(math.cos(math.radians(w)), math.cos(math.radians(x)), abs_tol=1e-3)
+
+
+@given(lat, lon, lat, lon)
+def test_pairwise_central_angle_matches_reference(a, b, c, d):
+    xa = latlon_to_xyz(jnp.array([[a]]), jnp.array([[b]]))
+    xb = latlon_to_xyz(jnp.array([[c]]), jnp.array([[d]]))
+    angle = float(pairwise_central_angle(xa, xb)[0, 0, 0])
+    assert angle * EARTH_RADIUS_KM == pytest.approx(haversine64(a, b, c, d), abs=5e-2)
+
+
+@pytest.mark.parametrize("km", [0.001, 1.0, 1000.0, 20015.0, 20014.0])
+def test_pairwise_central_angle_tiny_and_antipodal(km):
+    theta = km / EARTH_RADIUS_KM
+    xa = latlon_to_xyz(jnp.zeros((1, 1)), jnp.zeros((1, 1)))
+    xb = latlon_to_xyz(jnp.zeros((1, 1)), jnp.full((1, 1), np.rad2deg(theta)))
+    got = float(pairwise_central_angle(xa, xb)[0, 0, 0]) * EARTH_RADIUS_KM
+    assert got == pytest.approx(min(km, math.pi * EARTH_RADIUS_KM), abs=2e-3 + 1e-6 * km)

@@ -14,7 +14,10 @@ import jax
 import jax.numpy as jnp
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
-HEADER = "# Benchmarks\n\nEvery table is written by the script named in its section; rerun it to update.\n"
+HEADER = (
+    "# Benchmarks\n\n"
+    "Every table is written by the script named in its section; rerun it to update.\n"
+)
 
 
 def best_time(fn: Callable[[], object], *, repeat: int = 3, min_time: float = 0.0) -> float:
@@ -31,7 +34,7 @@ def best_time(fn: Callable[[], object], *, repeat: int = 3, min_time: float = 0.
 
 
 def matmul_gflops(n: int = 4096) -> float:
-    """This machine's float32 matmul rate (GFLOP/s) through XLA, n×n by n×n."""
+    """Measure the float32 matmul rate (GFLOP/s) through XLA, n×n by n×n."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     mm = jax.jit(lambda x: x @ x)
     return 2 * n**3 / best_time(lambda: mm(a), repeat=5) / 1e9

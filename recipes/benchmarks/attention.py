@@ -22,10 +22,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import best_time, machine, matmul_gflops, write_section  # noqa: E402
+from _report import best_time, machine, matmul_gflops, write_section
 
-from xnp.nn.attention import biased_scan_attention, dense_attention  # noqa: E402
-from xnp.nn.bias import SpaceTimeBias  # noqa: E402
+from xnp.nn.attention import biased_scan_attention, dense_attention
+from xnp.nn.bias import SpaceTimeBias
 
 H, D = 4, 32
 DENSE_LIMIT_BYTES = 6 * 2**30  # run dense only when its temporaries fit comfortably
@@ -87,7 +87,7 @@ def main() -> None:
                         row[name] = None
                         row[f"{name}_mem"] = temp
                         continue
-                    t = best_time(lambda c=compiled: c(q, k, v, feats))
+                    t = best_time(lambda c=compiled, a=(q, k, v, feats): c(*a))
                     row[name] = t
                     row[f"{name}_mem"] = temp
                     row[f"{name}_gflops"] = work / t / 1e9

@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from xnp.errors import ConfigError, ShapeError
 
@@ -106,29 +106,30 @@ def _is_float(x: Any) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
-class _FloatLeaves:
-    """Split a pytree into its floating-point leaves (differentiable) and the rest."""
+class _GradLeaves:
+    """The leaves of a pytree that need a cotangent: floating point and perturbed."""
 
-    def __init__(self, tree: Any):
-        self.leaves, self.treedef = jax.tree.flatten(tree)
-        self.is_float = [_is_float(leaf) for leaf in self.leaves]
+    def __init__(self, tree: Any, perturbed: Any = None):
+        leaves, self.treedef = jax.tree.flatten(tree)
+        flags = [True] * len(leaves) if perturbed is None else jax.tree.leaves(perturbed)
+        self.wanted = [_is_float(x) and bool(p) for x, p in zip(leaves, flags, strict=True)]
 
     def floats(self, tree: Any) -> list[jax.Array]:
-        return [x for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True) if f]
+        return [x for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True) if w]
 
     def rebuild(self, tree: Any, floats: list[jax.Array]) -> Any:
         it = iter(floats)
         leaves = [
-            next(it) if f else x for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)
+            next(it) if w else x for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True)
         ]
         return jax.tree.unflatten(self.treedef, leaves)
 
-    def cotangent(self, tree: Any, float_cts: list[jax.Array]) -> Any:
-        """Full cotangent tree: given float cotangents, ``float0`` zeros for the rest."""
-        it = iter(float_cts)
+    def cotangent(self, tree: Any, cts: list[jax.Array]) -> Any:
+        """Full cotangent tree: ``cts`` for wanted leaves, None (zero) elsewhere."""
+        it = iter(cts)
         leaves = [
-            next(it) if f else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
-            for x, f in zip(jax.tree.leaves(tree), self.is_float, strict=True)
+            next(it).astype(x.dtype) if w else None
+            for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True)
         ]
         return jax.tree.unflatten(self.treedef, leaves)
 
@@ -193,20 +194,30 @@ def _bsa(fns, tiles, q, k, v, qf, kf, mask, consts):
     return _forward(fns, tiles, q, k, v, qf, kf, mask, consts)[0]
 
 
-def _bsa_fwd(fns, tiles, q, k, v, qf, kf, mask, consts):
-    out, lse = _forward(fns, tiles, q, k, v, qf, kf, mask, consts)
-    return out, (q, k, v, qf, kf, mask, consts, out, lse)
+def _bsa_fwd(fns, tiles, *args):
+    # symbolic_zeros: each input leaf arrives as CustomVJPPrimal(value, perturbed)
+    is_primal = lambda x: isinstance(x, CustomVJPPrimal)  # noqa: E731
+    values = jax.tree.map(lambda p: p.value, args, is_leaf=is_primal)
+    # which leaves need a cotangent, kept as pytree *structure* (None = not needed)
+    needed = jax.tree.map(lambda p: () if p.perturbed else None, args, is_leaf=is_primal)
+    out, lse = _forward(fns, tiles, *values)
+    return out, (values, needed, out, lse)
 
 
 def _bsa_bwd(fns, tiles, res, d_out):
-    q, k, v, qf, kf, mask, consts, out, lse = res
+    (q, k, v, qf, kf, mask, consts), needed, out, lse = res
+    if isinstance(d_out, SymbolicZero):
+        d_out = jnp.zeros(d_out.shape, d_out.dtype)
     qc, kc = tiles[0], tiles[2]
     fn = fns[1]
     b, nq, h, d = q.shape
     scale = jnp.asarray(d**-0.5, q.dtype)
     # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
-    qf_split, kf_split, c_split = _FloatLeaves(qf), _FloatLeaves(kf), _FloatLeaves(consts)
+    qf_split, kf_split, c_split = (
+        _GradLeaves(tree, _flags(tree, need))
+        for tree, need in ((qf, needed[3]), (kf, needed[4]), (consts, needed[6]))
+    )
     zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def bias_and_vjp(qf_i, kf_j):
@@ -275,19 +286,25 @@ def _bsa_bwd(fns, tiles, res, d_out):
         zeros_f32(c_split.floats(consts)),
     )
     (dq, dk, dv, dqf, dkf, dc), _ = jax.lax.scan(q_step, init, jnp.arange(nq // qc))
-    cast = lambda ct, x: ct.astype(x.dtype)  # noqa: E731
     return (
         dq,
         dk.astype(k.dtype),
         dv.astype(v.dtype),
         qf_split.cotangent(qf, dqf),
-        kf_split.cotangent(kf, jax.tree.map(cast, dkf, kf_split.floats(kf))),
-        np.zeros(mask.shape, dtype=jax.dtypes.float0),
-        c_split.cotangent(consts, jax.tree.map(cast, dc, c_split.floats(consts))),
+        kf_split.cotangent(kf, dkf),
+        None,
+        c_split.cotangent(consts, dc),
     )
 
 
-_bsa.defvjp(_bsa_fwd, _bsa_bwd)
+def _flags(tree: Any, needed: Any) -> list[bool]:
+    """Per-leaf "needs a cotangent" flags of ``tree`` from the fwd's ``needed`` structure."""
+    n = len(jax.tree.leaves(tree))
+    marks = jax.tree.leaves(needed, is_leaf=lambda x: x is None or x == ())
+    return [m == () for m in marks] if len(marks) == n else [True] * n
+
+
+_bsa.defvjp(_bsa_fwd, _bsa_bwd, symbolic_zeros=True)
 
 
 def _convert_bias(bias_fn, qf, kf, lead, qc, kcs):

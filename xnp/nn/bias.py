@@ -10,11 +10,13 @@ kept positive through a softplus.  ``d_s`` is the great-circle distance (km) for
 latitude/longitude, or the Euclidean distance for planar coordinates.  Each
 distance is divided by a length scale ``L`` (e.g. 1000 km, 24 h) before the basis
 functions, so the initial values are well conditioned whatever the data's units.
+On the sphere the central angle comes from the chord through a vectorised,
+float32-accurate arcsine (:func:`xnp.geo.pairwise_central_angle`).
 
 Distances are evaluated once per attention tile and shared by every head and basis
 function.  Point coordinates are converted once per forward pass
-(:meth:`SpaceTimeBias.features`), so a tile only does a few multiply-adds (planar,
-temporal) or a cross/dot product and an ``atan2`` (sphere) per pair.
+(:meth:`SpaceTimeBias.features`), so a tile only does a few multiply-adds per pair
+(plus a square root and a short polynomial on the sphere) before the exponentials.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from xnp.errors import ConfigError
-from xnp.geo.distance import EARTH_RADIUS_KM, central_angle_xyz, latlon_to_xyz
+from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_central_angle
 
 __all__ = ["RBFBias", "SpaceTimeBias", "pairwise_sq_distance"]
 
@@ -114,7 +116,7 @@ def pairwise_sq_distance(
     by ``L`` in the plane or in time (``scale`` is ignored).
     """
     if metric == "great_circle":
-        d = central_angle_xyz(a[:, :, None, :], b[:, None, :, :]) * jnp.asarray(scale, a.dtype)
+        d = pairwise_central_angle(a, b) * jnp.asarray(scale, a.dtype)
         return d * d
     diff = a[:, :, None, :] - b[:, None, :, :]
     return jnp.sum(diff * diff, axis=-1)
