@@ -117,3 +117,16 @@ def test_pairwise_central_angle_tiny_and_antipodal(km):
     xb = latlon_to_xyz(jnp.zeros((1, 1)), jnp.full((1, 1), np.rad2deg(theta)))
     got = float(pairwise_central_angle(xa, xb)[0, 0, 0]) * EARTH_RADIUS_KM
     assert got == pytest.approx(min(km, math.pi * EARTH_RADIUS_KM), abs=2e-3 + 1e-6 * km)
+
+
+def test_pairwise_central_angle_gradients_are_finite():
+    import jax
+
+    s = jnp.array([[[10.0, 20.0], [10.0, 20.0], [-10.0, -160.0], [0.0, 0.0]]])
+
+    def total(s):
+        xyz = latlon_to_xyz(s[..., 0], s[..., 1])
+        return jnp.sum(pairwise_central_angle(xyz, xyz) ** 2)
+
+    grad = jax.grad(total)(s)
+    assert bool(jnp.isfinite(grad).all())
