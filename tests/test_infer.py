@@ -1,0 +1,126 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from xnp.errors import ConfigError, EmptyDataError
+from xnp.geo import great_circle_distance
+from xnp.infer import (
+    Predictor,
+    _morton_order,
+    chunk_size_for_budget,
+    parse_bytes,
+    parse_distance_km,
+)
+from xnp.models.bsa_tnp import BSATNP
+from xnp.models.config import BSATNPConfig
+from xnp.points import Points
+
+CFG = BSATNPConfig.tiny(q_chunk=64, k_chunk=64)
+
+
+def sphere_points(key, n, *, lat=(40.0, 60.0), lon=(-20.0, 20.0), values=True):
+    k1, k2, k3 = jax.random.split(jax.random.key(key), 3)
+    s = jnp.stack(
+        [
+            jax.random.uniform(k1, (1, n), minval=lat[0], maxval=lat[1]),
+            jax.random.uniform(k2, (1, n), minval=lon[0], maxval=lon[1]),
+        ],
+        -1,
+    )
+    f = jax.random.normal(k3, (1, n, 1)) if values else None
+    return Points.from_arrays(s=s, f=f)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return BSATNP(CFG, rngs=nnx.Rngs(0))
+
+
+def test_chunked_equals_one_shot_and_compiles_once(model):
+    ctx, tgt = sphere_points(0, 150), sphere_points(1, 300, values=False)
+    ref_mean, ref_std = jax.jit(lambda c, t: model(c, t))(ctx, tgt)
+    pred = Predictor(model, chunk_size=64)
+    mean, std = pred.predict(ctx, tgt)
+    np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
+    np.testing.assert_allclose(std, ref_std, atol=1e-5)
+    assert pred._predict._cache_size() == 1  # 5 chunks (last one padded), one compile
+
+
+def test_huge_radius_regional_equals_exact(model):
+    ctx, tgt = sphere_points(2, 120), sphere_points(3, 200, values=False)
+    pred = Predictor(model, chunk_size=64)
+    exact = pred.predict(ctx, tgt)
+    regional = pred.predict(ctx, tgt, context_radius_km="25000km")
+    np.testing.assert_allclose(regional[0], exact[0], atol=1e-5)
+    np.testing.assert_allclose(regional[1], exact[1], atol=1e-5)
+
+
+def test_regional_chunks_see_every_context_point_within_radius(model, monkeypatch):
+    ctx, tgt = sphere_points(4, 400), sphere_points(5, 256, values=False)
+    radius = 300.0
+    pred = Predictor(model, chunk_size=64)
+    seen = []
+    original = pred.condition
+    monkeypatch.setattr(pred, "condition", lambda c: (seen.append(c), original(c))[1])
+    pred.predict(ctx, tgt, context_radius_km=radius)
+    order = _morton_order(np.asarray(tgt.s[0, :, 0]), np.asarray(tgt.s[0, :, 1]))
+    for i, sub in enumerate(seen):
+        idx = order[i * 64 : (i + 1) * 64]
+        d = great_circle_distance(
+            tgt.s[0, idx, 0][:, None],
+            tgt.s[0, idx, 1][:, None],
+            ctx.s[0, :, 0][None],
+            ctx.s[0, :, 1][None],
+        )
+        needed = {
+            tuple(np.round(np.asarray(ctx.s[0, j]), 4))
+            for j in np.flatnonzero(np.asarray(d.min(0)) <= radius)
+        }
+        got = {
+            tuple(np.round(np.asarray(p), 4))
+            for p, m in zip(sub.s[0], sub.mask[0], strict=True)
+            if m
+        }
+        assert needed <= got
+        assert len(got) < ctx.size  # really regional: a subset
+
+
+def test_empty_context_and_radius_errors(model):
+    tgt = sphere_points(6, 10, values=False)
+    empty = sphere_points(7, 5).replace(mask=jnp.zeros((1, 5), bool))
+    pred = Predictor(model, chunk_size=16)
+    with pytest.raises(EmptyDataError, match="no valid point"):
+        pred.predict(empty, tgt)
+    far = sphere_points(8, 20, lat=(-60.0, -50.0))
+    with pytest.raises(EmptyDataError, match="within 100 km"):
+        pred.predict(far, tgt, context_radius_km="100km")
+
+
+def test_budget_bounds_the_compiled_memory():
+    cfg = BSATNPConfig(q_chunk=256, k_chunk=256)
+    budget = parse_bytes("256MiB")
+    n = chunk_size_for_budget(cfg, budget)
+    assert n >= 256
+    model = BSATNP(cfg, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    ctx = sphere_points(9, 512)
+    state = jax.jit(lambda p, c: nnx.merge(graphdef, p).condition(c))(params, ctx)
+    tgt = sphere_points(10, n, values=False)
+    fn = jax.jit(lambda p, st, t: nnx.merge(graphdef, p).predict(st, t))
+    temp = fn.lower(params, state, tgt).compile().memory_analysis().temp_size_in_bytes
+    assert temp <= budget, (n, temp / 2**20)
+    with pytest.raises(ConfigError, match="too small"):
+        chunk_size_for_budget(cfg, parse_bytes("1MiB"))
+
+
+def test_parsers():
+    assert parse_bytes("2GB") == 2_000_000_000
+    assert parse_distance_km("1.5 km") == 1.5
+    with pytest.raises(ConfigError, match="memory size"):
+        parse_bytes("lots")
+    with pytest.raises(ConfigError, match="distance"):
+        parse_distance_km("far")
+    with pytest.raises(ConfigError, match="positive"):
+        parse_distance_km(0.0)
