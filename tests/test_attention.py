@@ -167,3 +167,39 @@ def test_memory_stays_bounded_at_16k():
     bsa = temp_mib(biased_scan_attention)
     assert bsa < 64, f"BSA forward+backward needs {bsa:.1f} MiB of temporaries"
     assert temp_mib(dense_attention) > 1024  # the dense reference needs GiBs
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0], ids=["shifted-path", "fallback-path"])
+def test_bias_bounds_shift_is_exact(scale):
+    # bounds of a·exp(-b d²) with a of both signs; a large scale makes the span > 60
+    q, k, v, qf, kf, mask = make_inputs(40, 35)
+    a, b = A0 * scale, B0
+    bounds = (jnp.minimum(a, 0.0), jnp.maximum(a, 0.0))
+
+    def loss(attn, q, k, v, a, **extra):
+        out = attn(
+            q,
+            k,
+            v,
+            bias_fn=rbf_bias(a, b),
+            q_feats={"s": qf["s"]},
+            k_feats={"s": kf["s"]},
+            k_mask=mask,
+            q_chunk=16,
+            k_chunk=16,
+            **extra,
+        )
+        return jnp.sum(out * jnp.cos(out))
+
+    got = jax.jit(
+        jax.value_and_grad(
+            lambda *x: loss(biased_scan_attention, *x, bias_bounds=bounds), argnums=(0, 1, 2, 3)
+        )
+    )(q, k, v, a)
+    ref = jax.value_and_grad(lambda *x: loss(dense_attention, *x), argnums=(0, 1, 2, 3))(
+        q, k, v, a
+    )
+    assert float(got[0]) == pytest.approx(float(ref[0]), rel=1e-5, abs=1e-4)
+    for g, g_ref in zip(got[1], ref[1], strict=True):
+        scale_ = float(jnp.max(jnp.abs(g_ref))) or 1.0
+        np.testing.assert_allclose(g / scale_, g_ref / scale_, atol=2e-5)

@@ -30,6 +30,8 @@ EARTH_RADIUS_KM = 6371.0088
 
 ArrayLike = jax.Array | np.ndarray | float
 
+_TINY = 1e-30  # floor under square roots: a 1e-15 rad (nanometre) offset, finite gradients
+
 
 def wrap_longitude(lon: ArrayLike, *, centre: float = 0.0) -> jax.Array:
     """Wrap longitudes in degrees into ``[centre - 180, centre + 180)``.
@@ -87,8 +89,8 @@ def _arcsin_unit(x: jax.Array, one_minus_x_half: jax.Array) -> jax.Array:
     """
     big = x > 0.5
     z = jnp.where(big, one_minus_x_half, x * x)
-    # the square root only where it is used: keeps gradients finite at z = 0
-    r = jnp.where(big, jnp.sqrt(jnp.where(big & (z > 0), z, 1.0)) * (z > 0), x)
+    # the floor keeps the square root's gradient finite at z = 0 (value error 1e-15)
+    r = jnp.where(big, jnp.sqrt(jnp.maximum(z, _TINY)), x)
     poly = 4.2163199048e-2 * z + 2.4181311049e-2
     poly = poly * z + 4.5470025998e-2
     poly = poly * z + 7.4953002686e-2
@@ -116,8 +118,7 @@ def pairwise_central_angle(a: jax.Array, b: jax.Array) -> jax.Array:
     summ = [a[..., i][:, :, None] + b[..., i][:, None, :] for i in range(3)]
     c2 = diff[0] * diff[0] + diff[1] * diff[1] + diff[2] * diff[2]
     s2 = summ[0] * summ[0] + summ[1] * summ[1] + summ[2] * summ[2]  # = 4 - c²
-    nonzero = c2 > 0
-    c = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, c2, 1.0)), 0.0)  # finite gradient at 0
+    c = jnp.sqrt(jnp.maximum(c2, _TINY))  # the floor keeps the gradient finite at c = 0
     # (1 - c/2)/2 = (4 - c²) / (4 (2 + c))
     return 2.0 * _arcsin_unit(jnp.minimum(0.5 * c, 1.0), s2 / (4.0 * (2.0 + c)))
 

@@ -93,10 +93,13 @@ class KRBlock(nnx.Module):
         k_mask: jax.Array,
     ) -> jax.Array:
         """Update tokens ``e`` by attending to the context keys/values ``kv``."""
-        bias_fn = self.bias.bind() if self.bias.active else None
-        e = e + self.attn(
-            self.norm1(e), kv, bias_fn=bias_fn, q_feats=q_feats, k_feats=k_feats, k_mask=k_mask
+        bias_fn, bounds = (
+            (self.bias.bind(), self.bias.bounds()) if self.bias.active else (None, None)
         )
+        e = e + self.attn(
+            self.norm1(e), kv, bias_fn=bias_fn, q_feats=q_feats, k_feats=k_feats, k_mask=k_mask,
+            bias_bounds=bounds,
+        )  # fmt: skip
         return e + self.ffn(self.norm2(e))
 
 

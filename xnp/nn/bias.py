@@ -218,6 +218,21 @@ class SpaceTimeBias(nnx.Module):
 
         return bias_fn
 
+    def bounds(self) -> tuple[jax.Array, jax.Array]:
+        """Lower and upper bounds ``[H]`` of the bias over all pairs of points.
+
+        Each basis function lies in (0, 1], so head ``h`` is bounded by the sums
+        of the negative and of the positive weights ``a_hf``.  Biased Scan
+        Attention uses them to avoid a separate pass over the biased scores.
+        """
+        lo, hi = 0.0, 0.0
+        for rbf in (self.space, self.time):
+            if rbf is not None:
+                a = rbf.a[...]
+                lo = lo + jnp.sum(jnp.minimum(a, 0.0), axis=-1)
+                hi = hi + jnp.sum(jnp.maximum(a, 0.0), axis=-1)
+        return lo, hi
+
     def __call__(self, q_feats: dict, k_feats: dict) -> jax.Array:
         """Dense bias ``[B, H, q, k]`` between all query and key points."""
         return self.bind()(q_feats, k_feats)

@@ -106,6 +106,7 @@ class MultiHeadAttention(nnx.Module):
         q_feats: Any = None,
         k_feats: Any = None,
         k_mask: jax.Array | None = None,
+        bias_bounds: tuple[jax.Array, jax.Array] | None = None,
     ) -> jax.Array:
         """Attend from query tokens ``x`` ``[B, Nq, d_in]`` to projected ``kv``."""
         attend = biased_scan_attention if self.kind == "bsa" else dense_attention
@@ -118,5 +119,6 @@ class MultiHeadAttention(nnx.Module):
             k_mask=k_mask,
             q_chunk=self.q_chunk,
             k_chunk=self.k_chunk,
+            bias_bounds=bias_bounds if bias_fn is not None else None,
         )
         return self.out(out.reshape(*out.shape[:-2], -1))
