@@ -8,7 +8,8 @@ and with the paper's spatial bias (great-circle distance, 5 RBF basis functions
 per head), next to dense attention where its score matrix fits in memory.
 GFLOP/s counts the two attention matmuls only (4·B·H·Nq·Nk·D forward; 2.5× that
 for forward+backward), so it is comparable with the machine's own matmul rate,
-measured in the same run.  Memory is XLA's compiled temporary-buffer size.
+measured in the same run.  Memory is XLA's compiled temporary-buffer size.  The
+biased runs pass the bias bounds, as the BSA-TNP model does.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def build(attn, bias: SpaceTimeBias | None, grad: bool):
     def fwd(q, k, v, feats):
         if bias is None:
             return attn(q, k, v)
-        return attn(q, k, v, bias_fn=bias.bind(), q_feats=feats, k_feats=feats)
+        return attn(q, k, v, bias_fn=bias.bind(), q_feats=feats, k_feats=feats,
+                    bias_bounds=bias.bounds())  # fmt: skip
 
     if not grad:
         return jax.jit(fwd)
