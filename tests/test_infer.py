@@ -42,10 +42,11 @@ def test_chunked_equals_one_shot_and_compiles_once(model):
     ctx, tgt = sphere_points(0, 150), sphere_points(1, 300, values=False)
     ref_mean, ref_std = jax.jit(lambda c, t: model(c, t))(ctx, tgt)
     pred = Predictor(model, chunk_size=64)
+    before = pred._predict._cache_size()
     mean, std = pred.predict(ctx, tgt)
     np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
     np.testing.assert_allclose(std, ref_std, atol=1e-5)
-    assert pred._predict._cache_size() == 1  # 5 chunks (last one padded), one compile
+    assert pred._predict._cache_size() - before <= 1  # 5 chunks (last padded), ≤ 1 compile
 
 
 def test_huge_radius_regional_equals_exact(model):

@@ -1,8 +1,34 @@
-"""xnp: transformer neural processes for xarray."""
+"""xnp: transformer neural processes for xarray.
 
-from xnp.errors import XnpError, XnpWarning
+Importing xnp registers the ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``.
+"""
+
+from xnp.errors import CheckpointError, XnpError, XnpWarning
 from xnp.points import Points
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["Points", "XnpError", "XnpWarning", "__version__"]
+from xnp import datasets
+from xnp.accessor import NPDataArrayAccessor, NPDatasetAccessor
+from xnp.api import fit
+from xnp.estimator import NeuralProcess, load
+from xnp.models.registry import available_models
+from xnp.prediction import predict
+from xnp.train import TrainConfig
+
+__all__ = [
+    "CheckpointError",
+    "NPDataArrayAccessor",
+    "NPDatasetAccessor",
+    "NeuralProcess",
+    "Points",
+    "TrainConfig",
+    "XnpError",
+    "XnpWarning",
+    "__version__",
+    "available_models",
+    "datasets",
+    "fit",
+    "load",
+    "predict",
+]

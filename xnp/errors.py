@@ -9,6 +9,7 @@ subclass also derives from the matching built-in exception (``ValueError``,
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "CoordinateError",
     "DimensionError",
@@ -57,6 +58,10 @@ class EmptyDataError(XnpError, ValueError):
 
 class IncompatibleUnitsError(XnpError, ValueError):
     """Two inputs that must share units do not."""
+
+
+class CheckpointError(XnpError, OSError):
+    """A saved model or training checkpoint is missing, corrupted or incompatible."""
 
 
 class XnpWarning(UserWarning):

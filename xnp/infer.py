@@ -17,6 +17,7 @@ Array-level (no xarray): :class:`Predictor` wraps a model that has the split API
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator
@@ -122,6 +123,14 @@ def _morton_order(lat: np.ndarray, lon: np.ndarray, bits: int = 16) -> np.ndarra
     return np.argsort(code, kind="stable")
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled(graphdef: nnx.GraphDef) -> tuple[Any, Any]:
+    """Jitted condition and predict for a model structure (shared by all Predictors)."""
+    condition = jax.jit(lambda p, c: nnx.merge(graphdef, p).condition(c))
+    predict = jax.jit(lambda p, st, t: nnx.merge(graphdef, p).predict(st, t))
+    return condition, predict
+
+
 def _xyz(s: np.ndarray) -> np.ndarray:
     lat, lon = np.deg2rad(s[..., 0]), np.deg2rad(s[..., 1])
     return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
@@ -171,8 +180,7 @@ class Predictor:
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size must be positive; got {chunk_size}.")
         self.progress = progress
-        self._condition = jax.jit(lambda p, c: nnx.merge(graphdef, p).condition(c))
-        self._predict = jax.jit(lambda p, st, t: nnx.merge(graphdef, p).predict(st, t))
+        self._condition, self._predict = _compiled(graphdef)
 
     # -- exact path --------------------------------------------------------------------
     def condition(self, context: Points) -> Any:
@@ -185,12 +193,17 @@ class Predictor:
         for start in range(0, n, self.chunk_size):
             yield start, min(start + self.chunk_size, n)
 
+    def _padded_size(self, n: int) -> int:
+        """Chunks are padded to ``chunk_size``, or to a power of two when fewer points."""
+        return min(self.chunk_size, _bucket(n, minimum=64))
+
     def predict_state(self, state: Any, targets: Points) -> tuple[np.ndarray, np.ndarray]:
         """Predict ``targets`` in fixed-size chunks against a conditioned ``state``."""
         means, stds = [], []
         spans = list(self._chunks(targets.size))
+        size = self._padded_size(targets.size)
         for start, stop in tqdm(spans, desc="predicting", disable=not self.progress):
-            chunk = _pad_points(targets.slice(start, stop), self.chunk_size)
+            chunk = _pad_points(targets.slice(start, stop), size)
             mean, std = self._predict(self.params, state, chunk)
             means.append(np.asarray(mean[:, : stop - start]))
             stds.append(np.asarray(std[:, : stop - start]))
@@ -224,6 +237,7 @@ class Predictor:
         mean = np.zeros((targets.size, targets.f.shape[-1]), np.float32)
         std = np.zeros_like(mean)
         spans = list(self._chunks(targets.size))
+        size = self._padded_size(targets.size)
         for start, stop in tqdm(spans, desc="predicting", disable=not self.progress):
             idx = order[start:stop]
             xyz = _xyz(tgt_s[idx])
@@ -240,7 +254,7 @@ class Predictor:
             sub = jax.tree.map(lambda a, near=near: jnp.asarray(a[None, np.sort(near)]), ctx)
             state = self.condition(sub)
             chunk = jax.tree.map(lambda a, idx=idx: a[:, idx], targets)
-            m, s = self._predict(self.params, state, _pad_points(chunk, self.chunk_size))
+            m, s = self._predict(self.params, state, _pad_points(chunk, size))
             mean[idx] = np.asarray(m[0, : idx.size])
             std[idx] = np.asarray(s[0, : idx.size])
         return mean[None], std[None]

@@ -25,7 +25,7 @@ from xnp.data.covariates import covariate_channels, point_covariates
 from xnp.data.times import day_and_year_fractions, time_hours
 from xnp.errors import DimensionError, EmptyDataError, ShapeError
 
-__all__ = ["PointSet", "predictions_to_xarray", "to_points"]
+__all__ = ["PointSet", "prediction_attrs", "predictions_to_xarray", "to_points"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -318,8 +318,6 @@ def predictions_to_xarray(
     >>> out["t2m_mean"].dims, out["t2m_mean"].attrs["units"], out["t2m_std"].attrs["long_name"]
     (('lat', 'lon'), 'K', 'predictive standard deviation of t2m')
     """
-    import xnp
-
     mean, std = np.asarray(mean), np.asarray(std)
     expected = (len(targets), len(variables))
     if mean.shape != expected or std.shape != expected:
@@ -327,19 +325,39 @@ def predictions_to_xarray(
             f"mean and std must have shape {expected} (targets, variables); got "
             f"{mean.shape} and {std.shape}."
         )
+    out = {}
+    for j, name in enumerate(variables):
+        source = (attrs or {}).get(name, {})
+        for kind, values in (("mean", mean), ("std", std)):
+            out[f"{name}_{kind}"] = targets.scatter(
+                values[:, j], name=f"{name}_{kind}", attrs=prediction_attrs(name, kind, source)
+            )
+    return xr.Dataset(out, attrs=prediction_attrs(None, None, {}))
+
+
+def prediction_attrs(
+    name: str | None, kind: str | None, source: Mapping[str, Any]
+) -> dict[str, Any]:
+    """CF attributes of the prediction ``{name}_{kind}`` (kind ``"mean"`` or ``"std"``).
+
+    ``units`` of the source variable, a ``long_name`` saying what it is, and
+    provenance attributes naming xnp's version.  With ``name=None`` only the
+    provenance (for the Dataset itself).
+
+    Examples
+    --------
+    >>> prediction_attrs("t2m", "std", {"units": "K"})["long_name"]
+    'predictive standard deviation of t2m'
+    """
+    import xnp
+
     provenance = {
         "source": f"xnp {xnp.__version__} neural process",
         "xnp_version": xnp.__version__,
     }
-    out = {}
-    for j, name in enumerate(variables):
-        source = dict((attrs or {}).get(name, {}))
-        long_name = source.get("long_name", name)
-        common = {"units": source["units"]} if "units" in source else {}
-        for kind, values, what in (("mean", mean, "mean"), ("std", std, "standard deviation")):
-            out[f"{name}_{kind}"] = targets.scatter(
-                values[:, j],
-                name=f"{name}_{kind}",
-                attrs={**common, "long_name": f"predictive {what} of {long_name}", **provenance},
-            )
-    return xr.Dataset(out, attrs=provenance)
+    if name is None:
+        return provenance
+    what = {"mean": "mean", "std": "standard deviation"}[kind]
+    units = {"units": source["units"]} if "units" in source else {}
+    long_name = source.get("long_name", name)
+    return {**units, "long_name": f"predictive {what} of {long_name}", **provenance}

@@ -1,0 +1,251 @@
+"""Saving, loading, corruption, atomic writes, checkpoints and resuming (even after kill -9).
+
+The fits use the data shape, model and batch size of tests/test_fit.py, so the
+compiled steps are shared within a session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import xnp
+from xnp import checkpoint as ckpt
+from xnp.api import _fixed
+from xnp.data import TaskSampler
+from xnp.errors import CheckpointError
+from xnp.train import TrainConfig
+
+CONFIG = TrainConfig(log_every=25, validate_every=50, validation_batches=4, checkpoint_every=25)
+ARGS = {"model": "bsa-tnp-tiny", "learning_rate": 5e-3, "progress": False, "config": CONFIG}
+
+
+def gp_data():
+    return xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=40, lengthscale_km=3000.0)
+
+
+def leaves(model):
+    return [np.asarray(a) for a in jax.tree.leaves(model.params_)]
+
+
+def assert_same_params(a, b):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return gp_data().np.fit("field", steps=25, **ARGS)
+
+
+@pytest.fixture(scope="module")
+def batch(model):
+    sampler = TaskSampler(gp_data(), "field", model.task, batch_size=8, seed=3,
+                          normaliser=model.normaliser)  # fmt: skip
+    return _fixed(sampler.batch(0), model.training["context_size"], model.training["target_size"])
+
+
+def test_save_load_predict_gives_identical_numbers(model, batch, tmp_path):
+    path = model.save(tmp_path / "model")
+    assert sorted(p.name for p in path.iterdir()) == [
+        "config.json",
+        "history.json",
+        "params.safetensors",
+    ]  # fmt: skip  (JSON and safetensors only: nothing that can execute code)
+    loaded = xnp.load(path)
+    assert_same_params(model, loaded)
+    for a, b in zip(model.predict_points(batch.context, batch.target),
+                    loaded.predict_points(batch.context, batch.target), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert loaded.config == model.config
+    assert loaded.task == model.task
+    assert loaded.normaliser == model.normaliser
+    assert (loaded.variables, loaded.covariates) == (model.variables, model.covariates)
+    assert loaded.coords == model.coords
+    assert loaded.training == model.training
+    np.testing.assert_array_equal(loaded.history_.val_nll, model.history_.val_nll)
+    assert repr(loaded) == repr(model)
+    meta = json.loads((path / "config.json").read_text())
+    assert meta["format"] == "xnp.model/1"
+    assert meta["jax_version"] == jax.__version__
+    assert meta["xnp_version"] == xnp.__version__
+    mean, std = loaded.denormalise(*loaded.predict_points(batch.context, batch.target))
+    assert 250 < float(np.mean(mean)) < 310
+    assert (std > 0).all()
+
+
+def test_evaluate_batches_reports_metrics(model, batch):
+    metrics = model.evaluate_batches([batch])
+    assert set(metrics) == {"nll", "rmse", "coverage"}
+    assert np.isfinite(metrics["nll"])
+    assert 0 <= metrics["coverage"] <= 1
+    assert len(metrics["rmse"]) == 1
+    assert metrics["rmse"][0] > 0
+
+
+def corrupt(path: Path, how: str) -> None:
+    meta = json.loads((path / "config.json").read_text())
+    if how == "weights-bytes":
+        data = bytearray((path / "params.safetensors").read_bytes())
+        data[-3] ^= 0xFF
+        (path / "params.safetensors").write_bytes(bytes(data))
+    elif how == "weights-truncated":
+        data = (path / "params.safetensors").read_bytes()
+        (path / "params.safetensors").write_bytes(data[: len(data) // 2])
+        meta["weights"]["sha256"] = None
+        (path / "config.json").write_text(json.dumps(meta))
+    elif how == "no-config":
+        (path / "config.json").unlink()
+    elif how == "bad-json":
+        (path / "config.json").write_text("{not json")
+    elif how == "future-format":
+        meta["format"] = "xnp.model/99"
+        (path / "config.json").write_text(json.dumps(meta))
+    elif how == "other-architecture":
+        meta["model"]["config"]["n_blocks"] = 3
+        (path / "config.json").write_text(json.dumps(meta))
+    elif how == "unknown-kind":
+        meta["model"]["kind"] = "perceiver"
+        (path / "config.json").write_text(json.dumps(meta))
+    elif how == "missing-key":
+        del meta["normaliser"]
+        (path / "config.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("how", "match"),
+    [
+        ("weights-bytes", "corrupted"),
+        ("weights-truncated", "not a valid safetensors"),
+        ("no-config", "missing"),
+        ("bad-json", "cannot be read as JSON"),
+        ("future-format", "format 'xnp.model/99'"),
+        ("other-architecture", "missing .*blocks.2"),
+        ("unknown-kind", "Unknown model kind 'perceiver'"),
+        ("missing-key", "incomplete"),
+    ],
+)
+def test_loading_a_broken_directory_raises_checkpoint_error(model, tmp_path, how, match):
+    path = model.save(tmp_path / "model")
+    corrupt(path, how)
+    with pytest.raises(CheckpointError, match=match):
+        xnp.load(path)
+
+
+def test_load_of_a_missing_path_raises(tmp_path):
+    with pytest.raises(CheckpointError, match="not a directory"):
+        xnp.load(tmp_path / "nothing")
+    with pytest.raises(xnp.XnpError):
+        xnp.load(tmp_path)
+
+
+def test_interrupted_save_keeps_the_previous_model(model, tmp_path, monkeypatch):
+    path = model.save(tmp_path / "model")
+    before = (path / "params.safetensors").read_bytes()
+
+    def explode(*args, **kwargs):
+        raise KeyboardInterrupt("interrupted mid-save")
+
+    monkeypatch.setattr(ckpt, "write_json", explode)
+    with pytest.raises(KeyboardInterrupt):
+        model.save(path)
+    monkeypatch.undo()
+    assert (path / "params.safetensors").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary left behind
+    assert_same_params(xnp.load(path), model)
+    model.save(path)  # replacing an existing model directory works
+    assert_same_params(xnp.load(path), model)
+
+
+def test_save_refuses_to_replace_a_foreign_directory(model, tmp_path):
+    (tmp_path / "notes.txt").write_text("precious")
+    with pytest.raises(CheckpointError, match="not an xnp directory"):
+        model.save(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+
+
+def test_arrays_round_trip_and_mismatch_errors():
+    tree = {"a": np.arange(3.0, dtype=np.float32), "b": (np.zeros((2, 0)), np.int32(4))}
+    arrays = ckpt.tree_to_arrays(tree)
+    assert sorted(arrays) == ["a", "b.0", "b.1"]
+    back = ckpt.arrays_to_tree(tree, arrays)
+    np.testing.assert_array_equal(back["a"], tree["a"])
+    with pytest.raises(CheckpointError, match="shape"):
+        ckpt.arrays_to_tree(tree, arrays | {"a": np.zeros(4, np.float32)})
+    with pytest.raises(CheckpointError, match="unexpected"):
+        ckpt.arrays_to_tree(tree, arrays | {"c": np.zeros(1)})
+
+
+def test_checkpoints_resume_to_the_uninterrupted_result(tmp_path):
+    ckdir = tmp_path / "run"
+    full = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
+    steps = ckpt.CheckpointDir(ckdir).steps()
+    assert [p.name for p in steps] == ["step-00000050", "step-00000075"]  # keep=2
+    assert (ckdir / "LATEST").read_text() == "step-00000075"
+    assert_same_params(xnp.load(ckdir), xnp.load(steps[-1]))
+    # Pretend the run died after step 50: its last checkpoint never landed.
+    for leftover in (steps[-1], ckdir / "LATEST"):
+        ckpt.shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    resumed = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
+    assert_same_params(full, resumed)
+    assert resumed.training["best_step"] == full.training["best_step"]
+    np.testing.assert_array_equal(resumed.history_.train_nll, full.history_.train_nll)
+    np.testing.assert_array_equal(resumed.history_.val_nll, full.history_.val_nll)
+    with pytest.raises(CheckpointError, match="different fit"):
+        gp_data().np.fit("field", steps=100, checkpoint_dir=ckdir, resume=True, **ARGS)
+
+
+CHILD = """
+import sys
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+import xnp
+from xnp.train import TrainConfig
+config = TrainConfig(log_every=5, validate_every=50, validation_batches=4, checkpoint_every=5,
+                     prefetch=0)
+ds = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=40, lengthscale_km=3000.0)
+ds.np.fit("field", model="bsa-tnp-tiny", learning_rate=5e-3, progress=False, config=config,
+          steps=int(sys.argv[2]), checkpoint_dir=sys.argv[1], resume=True)
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_kill_9_matches_an_uninterrupted_run(tmp_path):
+    steps, ckdir = 120, tmp_path / "run"
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    child = subprocess.Popen([sys.executable, str(script), str(ckdir), str(steps)])
+    killed_at = None
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and child.poll() is None:
+            latest = ckpt.CheckpointDir(ckdir).latest()
+            if latest is not None and int(latest.name.split("-")[1]) >= 20:
+                os.kill(child.pid, signal.SIGKILL)
+                killed_at = int(latest.name.split("-")[1])
+                break
+            time.sleep(0.02)
+    finally:
+        if child.poll() is None and killed_at is None:
+            child.kill()
+        child.wait()
+    assert killed_at is not None, "the child finished before it could be killed"
+    assert child.returncode == -signal.SIGKILL
+    config = TrainConfig(log_every=5, validate_every=50, validation_batches=4,
+                         checkpoint_every=5, prefetch=0)  # fmt: skip
+    args = ARGS | {"config": config, "steps": steps}
+    resumed = gp_data().np.fit("field", checkpoint_dir=ckdir, resume=True, **args)
+    full = gp_data().np.fit("field", **args)
+    assert_same_params(full, resumed)
+    assert resumed.history_.sizes["step"] == full.history_.sizes["step"] == steps // 5

@@ -1,0 +1,182 @@
+"""ds.np.fit: learning on a synthetic GP field, determinism, sharding, history, errors.
+
+Every fit here uses the same data shape, model and batch size as the doctests of
+xnp.api and xnp.accessor, so the train and eval steps compile once per session.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+
+import xnp
+from xnp.data import ForecastTasks, SpatialTasks
+from xnp.errors import ConfigError, VariableNotFoundError, XnpWarning
+from xnp.models.config import BSATNPConfig
+from xnp.train import TrainConfig, data_mesh
+
+FAST = TrainConfig(log_every=25, validate_every=50, validation_batches=4)
+
+
+def gp_data() -> xr.Dataset:
+    return xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=40, lengthscale_km=3000.0)
+
+
+def fit(ds: xr.Dataset | None = None, **kw) -> xnp.NeuralProcess:
+    args = {"model": "bsa-tnp-tiny", "steps": 50, "learning_rate": 3e-3, "progress": False,
+            "config": FAST} | kw  # fmt: skip
+    return (gp_data() if ds is None else ds).np.fit("field", **args)
+
+
+def leaves(model: xnp.NeuralProcess) -> list[np.ndarray]:
+    return [np.asarray(a) for a in jax.tree.leaves(model.params_)]
+
+
+@pytest.fixture(scope="module")
+def trained() -> xnp.NeuralProcess:
+    return fit(steps=200, learning_rate=5e-3)
+
+
+def test_fit_learns_the_gp_field(trained):
+    ds = gp_data()
+    history = trained.history_
+    best = history.sel(step=trained.training["best_step"])
+    # Predicting the training mean and standard deviation everywhere, on the held-out times:
+    norm = trained.normaliser.stats["field"]
+    held_out = ds.field.isel(time=slice(36, None)).values
+    z = (held_out - norm.mean) / norm.std
+    baseline = float(np.mean(0.5 * z**2 + 0.5 * math.log(2 * math.pi)))
+    assert baseline > 1.3
+    assert float(best.val_nll) < baseline - 0.5
+    assert float(best.val_rmse) < 0.6 * float(ds.field.std())
+    assert 0.75 < float(best.val_coverage) <= 1.0
+    assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.3
+
+
+def test_fit_defaults_follow_the_data(trained):
+    assert isinstance(trained.task, ForecastTasks)
+    assert (trained.task.frames, trained.task.step, trained.task.lead) == (4, 6.0, 6.0)
+    cfg = trained.config
+    assert cfg.temporal_bias
+    assert cfg.spatial_bias == "great_circle"
+    assert (cfg.dim_x, cfg.dim_y) == (0, 1)
+    assert trained.coords["lat"] == "lat"
+    assert trained.coords["time"] == "time"
+    assert trained.training["context_size"] == 288
+    assert trained.training["target_size"] == 80
+
+
+def test_history_is_a_dataset_indexed_by_step(trained):
+    h = trained.history_
+    assert h.step.values.tolist() == [25, 50, 75, 100, 125, 150, 175, 200]
+    assert set(h.data_vars) == {
+        "train_nll", "val_nll", "val_rmse", "val_coverage", "learning_rate", "steps_per_second",
+    }  # fmt: skip
+    assert np.isnan(h.val_nll.sel(step=25))
+    assert np.isfinite(h.val_nll.sel(step=50))
+    assert h.val_rmse.attrs["units"] == "K"
+    assert (h.steps_per_second > 0).all()
+    lr = h.learning_rate.values
+    assert lr[0] > lr[-1] > 0
+    assert math.isclose(lr[-1], 5e-3 * 0.2, rel_tol=0.05)
+
+
+def test_fit_keeps_the_best_validation_parameters(trained):
+    best = trained.training["best_step"]
+    val = trained.history_.val_nll
+    assert best == int(val.idxmin())
+    assert trained.training["step"] == 200
+
+
+def test_repr_and_plot(trained):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    text = repr(trained)
+    assert text.startswith("<xnp.NeuralProcess bsa-tnp:")
+    assert "field [K]" in text
+    assert "ForecastTasks" in text
+    assert "validation:  NLL" in text
+    ax = trained.plot_history(metrics=("train_nll", "val_nll", "val_rmse"))
+    assert len(ax.lines) == 3
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_fit_is_deterministic_and_seeded():
+    a, b, c = fit(steps=25), fit(steps=25), fit(steps=25, seed=1)
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert any(not np.array_equal(x, y) for x, y in zip(leaves(a), leaves(c), strict=True))
+    np.testing.assert_array_equal(a.history_.train_nll, b.history_.train_nll)
+
+
+def test_batches_are_sharded_over_the_two_fake_devices(trained):
+    assert len(jax.devices()) == 2
+    # the fit ran data-parallel: its parameters are replicated over both devices
+    assert len(jax.tree.leaves(trained.params_)[0].sharding.device_set) == 2
+    assert data_mesh(8).devices.size == 2
+    assert data_mesh(3).devices.size == 1  # falls back to the devices that divide the batch
+    with pytest.raises(ConfigError, match="multiple of the device count"):
+        data_mesh(3, devices=2)
+    with pytest.raises(ConfigError, match="multiple of the device count"):
+        fit(steps=1, batch_size=3, config=TrainConfig(devices=2))
+
+
+def test_dataarray_fits_its_own_name():
+    model = gp_data().field.np.fit(
+        model="bsa-tnp-tiny", steps=2, progress=False, validation=None,
+        config=TrainConfig(log_every=1, validate_every=1),
+    )  # fmt: skip
+    assert model.variables == ("field",)
+    assert model.history_.val_nll.isnull().all()
+    with pytest.raises(ConfigError, match="no name"):
+        xr.DataArray(np.zeros((2, 2))).np.fit()
+
+
+def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
+    ds = gp_data().assign(height=lambda d: d.field.isel(time=0).drop_vars("time") * 0 + 1.0)
+    args = {"model": BSATNPConfig.tiny(temporal_bias=True), "covariates": ["height"],
+            "tasks": SpatialTasks(max_context=32, max_targets=32), "steps": 1,
+            "config": TrainConfig(log_every=1, validate_every=1)}  # fmt: skip
+    model = fit(ds, validation=None, **args)
+    assert model.config.dim_x == 1
+    assert not model.config.temporal_bias
+    assert model.training["context_size"] == model.training["target_size"] == 32
+    with pytest.warns(XnpWarning, match="no time axis"):
+        timeless = fit(ds.isel(time=0), **args)
+    assert isinstance(timeless.task, SpatialTasks)
+    assert timeless.history_.val_nll.isnull().all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"variable": "t2m"}, VariableNotFoundError, "t2m"),
+        ({"model": "gp-net"}, ConfigError, "Unknown model 'gp-net'; available models: bsa-tnp"),
+        ({"model": 3}, ConfigError, "registered name"),
+        ({"steps": 0}, ConfigError, "steps must be a positive integer"),
+        ({"steps": -5}, ConfigError, "steps must be a positive integer"),
+        ({"batch_size": 0}, ConfigError, "batch_size"),
+        ({"learning_rate": 0.0}, ConfigError, "learning_rate"),
+        ({"covariates": ["orography"]}, VariableNotFoundError, "Covariate 'orography'"),
+        ({"validation": 1.5}, ConfigError, "validation must be a fraction"),
+        ({"resume": True}, ConfigError, "checkpoint_dir"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, error, match):
+    args = {"variable": "field", "model": "bsa-tnp-tiny", "steps": 5, "progress": False} | kwargs
+    with pytest.raises(error, match=match):
+        gp_data().np.fit(args.pop("variable"), **args)
+
+
+def test_train_config_validation():
+    with pytest.raises(ConfigError, match="multiple of log_every"):
+        TrainConfig(log_every=10, validate_every=15)
+    with pytest.raises(ConfigError, match="final_lr_ratio"):
+        TrainConfig(final_lr_ratio=2.0)
+    assert TrainConfig.from_dict(FAST.to_dict()) == FAST

@@ -1,0 +1,145 @@
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+from strategies import curvilinear_dataset, grid_dataset, station_dataset
+
+from xnp.data.normalise import Normaliser
+from xnp.data.tasks import ForecastTasks
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError
+from xnp.estimator import NeuralProcess
+from xnp.models.config import BSATNPConfig
+from xnp.prediction import predict
+
+
+@pytest.fixture(scope="module")
+def data():
+    return grid_dataset(nt=3, ny=8, nx=10, nan_fraction=0.2)
+
+
+@pytest.fixture(scope="module")
+def model(data):
+    cfg = BSATNPConfig.tiny(q_chunk=64, k_chunk=64)
+    return NeuralProcess.init(cfg, Normaliser.fit(data, "t2m"), ["t2m"], seed=0)
+
+
+def grid(ny=12, nx=15):
+    return xr.Dataset(
+        coords={"lat": np.linspace(49.5, 54.5, ny), "lon": np.linspace(-3.5, 2.5, nx)}
+    )
+
+
+class CountingScheduler:
+    """A dask scheduler that counts how often it is asked to compute."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, dsk, keys, **kwargs):
+        self.calls += 1
+        return dask.get(dsk, keys, **kwargs)
+
+
+def test_gridded_targets_are_labelled(model, data):
+    t0 = data.time.values[1]
+    out = predict(model, data, grid(), time=t0)
+    assert set(out.data_vars) == {"t2m_mean", "t2m_std"}
+    assert out["t2m_mean"].dims == ("lat", "lon")
+    assert out["t2m_mean"].attrs["units"] == "K"
+    assert out["t2m_std"].attrs["long_name"].startswith("predictive standard deviation")
+    assert "xnp_version" in out.attrs
+    assert np.isfinite(out["t2m_mean"]).all()
+    assert (out["t2m_std"] > 0).all()
+    assert float(out.time) == float(t0.astype("datetime64[ns]").astype(float))
+
+
+def test_lazy_equals_eager_and_builds_without_computing(model, data):
+    t0 = data.time.values[0]
+    eager = predict(model, data, grid(), time=t0)
+    counter = CountingScheduler()
+    with dask.config.set(scheduler=counter):
+        lazy = predict(model, data, grid(), time=t0, chunks={"lat": 5, "lon": 8})
+        assert counter.calls == 0
+        assert lazy["t2m_mean"].chunks == ((5, 5, 2), (8, 7))
+        computed = lazy.compute()
+    assert counter.calls == 1
+    xr.testing.assert_allclose(computed, eager, atol=1e-4)
+
+
+def test_chunked_template_and_zarr_round_trip(model, data, tmp_path):
+    t0 = data.time.values[2]
+    template = grid().assign(dummy=lambda d: d.lat * d.lon).chunk({"lat": 4})
+    lazy = predict(model, data, template, time=t0)
+    assert lazy["t2m_mean"].chunks is not None
+    lazy.to_zarr(tmp_path / "pred.zarr", consolidated=False)
+    back = xr.open_zarr(tmp_path / "pred.zarr", consolidated=False).load()
+    xr.testing.assert_allclose(back, predict(model, data, grid(), time=t0), atol=1e-4)
+
+
+def test_gap_filling_every_time(model, data):
+    out = predict(model, data)
+    assert out["t2m_mean"].dims == ("time", "lat", "lon")
+    assert out.sizes == data.sizes
+    assert np.isfinite(out["t2m_mean"]).all()
+
+
+def test_station_and_curvilinear_targets(model, data):
+    stations = station_dataset(n_stations=7).drop_vars("t2m").isel(time=0, drop=True)
+    out = predict(model, data, stations, time=data.time.values[0])
+    assert out["t2m_mean"].dims == ("station",)
+    assert out.sizes["station"] == 7
+    curvi = curvilinear_dataset().drop_vars(list(curvilinear_dataset().data_vars))
+    out = predict(model, data, curvi, time=data.time.values[0])
+    assert out["t2m_mean"].dims == curvi["nav_lat"].dims
+
+
+def test_regional_with_large_radius_equals_exact(model, data):
+    t0 = data.time.values[0]
+    exact = predict(model, data, grid(), time=t0)
+    regional = predict(model, data, grid(), time=t0, context_radius="20000km")
+    xr.testing.assert_allclose(regional, exact, atol=1e-4)
+
+
+def test_distributed_local_cluster(model, data):
+    distributed = pytest.importorskip("distributed")
+    t0 = data.time.values[0]
+    eager = predict(model, data, grid(), time=t0)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):  # fmt: skip
+        lazy = predict(model, data, grid(), time=t0, chunks={"lat": 6})
+        xr.testing.assert_allclose(lazy.compute(), eager, atol=1e-4)
+
+
+def test_clear_errors(model, data):
+    empty = data.copy(deep=True)
+    empty["t2m"][1] = np.nan
+    with pytest.raises(EmptyDataError, match="no observation"):
+        predict(model, empty)
+    with pytest.raises(CoordinateError):
+        predict(model, data, xr.Dataset(coords={"a": [1.0, 2.0]}), time=data.time.values[0])
+    with pytest.raises(ConfigError, match="no variable"):
+        predict(model, data.rename(t2m="temp"))
+    forecast = NeuralProcess.init(model.config, model.normaliser, ["t2m"], task=ForecastTasks())
+    with pytest.raises(ConfigError, match="forecast"):
+        predict(forecast, data)
+    assert np.isnan(empty["t2m"][1]).all()  # the user's data is untouched by us
+
+
+def test_accessor_and_estimator_style_agree(model, data):
+    t0 = data.time.values[0]
+    ref = predict(model, data, grid(), time=t0)
+    xr.testing.assert_allclose(data.np.predict(model, grid(), time=t0), ref)
+    xr.testing.assert_allclose(data["t2m"].np.predict(model, grid(), time=t0), ref)
+    xr.testing.assert_allclose(model.predict(data, grid(), time=t0), ref)
+
+
+def test_another_region_gives_the_same_answer(model, data):
+    # great-circle bias, no location embedding: moving context and targets together
+    # along the equator-parallel by 70° (a rotation about the pole) changes nothing
+    t0 = data.time.values[0]
+    ref = predict(model, data, grid(), time=t0)
+    moved = predict(model, data.assign_coords(lon=data.lon + 70.0),
+                    grid().assign_coords(lon=grid().lon + 70.0), time=t0)  # fmt: skip
+    np.testing.assert_allclose(moved["t2m_mean"].values, ref["t2m_mean"].values, atol=1e-3)
+    np.testing.assert_allclose(moved["t2m_std"].values, ref["t2m_std"].values, atol=1e-3)

@@ -1,0 +1,162 @@
+"""The ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``.
+
+Importing :mod:`xnp` registers it.  The accessor holds no state (xarray creates a
+new one for every object): each method resolves its arguments and hands off to
+:mod:`xnp.api`, returning a model object or ordinary xarray objects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import xarray as xr
+
+from xnp import api, prediction
+from xnp.estimator import NeuralProcess
+from xnp.train import TrainConfig
+
+__all__ = ["NPDataArrayAccessor", "NPDatasetAccessor"]
+
+
+@xr.register_dataset_accessor("np")
+class NPDatasetAccessor:
+    """Neural-process methods of a Dataset: ``ds.np.fit(...)``.
+
+    Examples
+    --------
+    >>> import xnp
+    >>> ds = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=12)
+    >>> model = ds.np.fit(
+    ...     "field",
+    ...     model="bsa-tnp-tiny",
+    ...     steps=2,
+    ...     batch_size=2,
+    ...     progress=False,
+    ...     validation=None,
+    ...     config=xnp.TrainConfig(log_every=1, validate_every=1),
+    ... )
+    >>> type(model).__name__
+    'NeuralProcess'
+    """
+
+    def __init__(self, obj: xr.Dataset) -> None:
+        self._obj = obj
+
+    def fit(
+        self,
+        variable: str | Sequence[str],
+        *,
+        model: str | Any = "bsa-tnp",
+        covariates: Sequence[str] = (),
+        tasks: Any = None,
+        steps: int = 2_000,
+        batch_size: int = 8,
+        learning_rate: float = 5e-4,
+        validation: float | xr.Dataset | None = 0.1,
+        seed: int = 0,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        config: TrainConfig | None = None,
+    ) -> NeuralProcess:
+        """Train a neural process to predict ``variable``; see :func:`xnp.api.fit`."""
+        return api.fit(
+            self._obj, variable, model=model, covariates=covariates, tasks=tasks, steps=steps,
+            batch_size=batch_size, learning_rate=learning_rate, validation=validation,
+            seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
+            config=config,
+        )  # fmt: skip
+
+    def predict(
+        self,
+        model: NeuralProcess,
+        targets: Any = None,
+        *,
+        time: Any = None,
+        context_radius: str | float | None = None,
+        chunks: dict[str, int] | None = None,
+        memory_budget: str | int = "1GiB",
+        progress: bool = False,
+    ) -> xr.Dataset:
+        """Predict at ``targets`` with this object's observations as context.
+
+        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
+        and ``{variable}_std`` on the target coordinates (lazy when the targets
+        are dask-chunked or ``chunks`` is given).
+        """
+        return prediction.predict(
+            model, self._obj, targets, time=time, context_radius=context_radius,
+            chunks=chunks, memory_budget=memory_budget, progress=progress,
+        )  # fmt: skip
+
+
+@xr.register_dataarray_accessor("np")
+class NPDataArrayAccessor:
+    """Neural-process methods of a DataArray, which learns its own variable (its name).
+
+    Examples
+    --------
+    >>> import xnp
+    >>> da = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=12).field
+    >>> model = da.np.fit(
+    ...     model="bsa-tnp-tiny",
+    ...     steps=2,
+    ...     batch_size=2,
+    ...     progress=False,
+    ...     validation=None,
+    ...     config=xnp.TrainConfig(log_every=1, validate_every=1),
+    ... )
+    >>> model.variables
+    ('field',)
+    """
+
+    def __init__(self, obj: xr.DataArray) -> None:
+        self._obj = obj
+
+    def fit(
+        self,
+        *,
+        model: str | Any = "bsa-tnp",
+        covariates: Sequence[str] = (),
+        tasks: Any = None,
+        steps: int = 2_000,
+        batch_size: int = 8,
+        learning_rate: float = 5e-4,
+        validation: float | xr.Dataset | None = 0.1,
+        seed: int = 0,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        config: TrainConfig | None = None,
+    ) -> NeuralProcess:
+        """Train a neural process on this DataArray; see :func:`xnp.api.fit`."""
+        return api.fit(
+            self._obj, None, model=model, covariates=covariates, tasks=tasks, steps=steps,
+            batch_size=batch_size, learning_rate=learning_rate, validation=validation,
+            seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
+            config=config,
+        )  # fmt: skip
+
+    def predict(
+        self,
+        model: NeuralProcess,
+        targets: Any = None,
+        *,
+        time: Any = None,
+        context_radius: str | float | None = None,
+        chunks: dict[str, int] | None = None,
+        memory_budget: str | int = "1GiB",
+        progress: bool = False,
+    ) -> xr.Dataset:
+        """Predict at ``targets`` with this object's observations as context.
+
+        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
+        and ``{variable}_std`` on the target coordinates (lazy when the targets
+        are dask-chunked or ``chunks`` is given).
+        """
+        return prediction.predict(
+            model, self._obj, targets, time=time, context_radius=context_radius,
+            chunks=chunks, memory_budget=memory_budget, progress=progress,
+        )  # fmt: skip

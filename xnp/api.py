@@ -1,0 +1,442 @@
+"""xarray in, model out: :func:`fit` trains a neural process on a dataset.
+
+This layer resolves names (variables, covariates, coordinates, the model), picks
+task defaults from the data, builds the seeded task samplers, fixes the padded
+batch shape, and runs :func:`xnp.train.train`, with checkpoints and resumption.
+The accessor (``ds.np.fit``) is a thin wrapper around :func:`fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+from flax import nnx
+
+from xnp import checkpoint as ckpt
+from xnp.data.batch import Batch
+from xnp.data.coords import find_coords, latlon, resolve_variables
+from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
+from xnp.data.sampler import TaskSampler
+from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
+from xnp.data.times import time_hours, validation_cut
+from xnp.errors import CheckpointError, ConfigError, VariableNotFoundError, XnpWarning
+from xnp.estimator import (
+    NeuralProcess,
+    history_dataset,
+    history_lists,
+    params_template,
+    task_to_dict,
+)
+from xnp.models.registry import build_model, config_to_dict, model_config
+from xnp.points import Points
+from xnp.train import TrainConfig, TrainState, train
+
+__all__ = ["default_tasks", "fit"]
+
+log = logging.getLogger(__name__)
+
+Tasks = SpatialTasks | ForecastTasks | WindowTasks
+#: TrainConfig fields that do not change the result (free to differ when resuming).
+_NOT_RUN = ("checkpoint_every", "keep_checkpoints", "prefetch")
+#: Caps on the points per task of the default task specifications.
+DEFAULT_MAX_POINTS = 1024
+
+
+def default_tasks(data: xr.Dataset, variable: str, validation_fraction: float = 0.1) -> Tasks:
+    """The task specification :func:`fit` uses when none is given.
+
+    Without a time axis (or with fewer than three times): :class:`SpatialTasks`.
+    With one: :class:`ForecastTasks` following the BSA-TNP ERA5 setup, 4 context
+    frames 6 h apart and targets 6 h after the last one, when the data's time
+    step divides 6 h; otherwise frames one time step apart and a one-step lead
+    (fewer frames if the training period is short).  Both cap tasks at
+    1024 context and 1024 target points (random subsets beyond).
+
+    Examples
+    --------
+    >>> from xnp.datasets import gp_sphere
+    >>> default_tasks(gp_sphere(n_time=20), "field")
+    ForecastTasks(frames=4, step=6.0, lead=6.0, context_fraction=1.0, max_context=1024, max_targets=1024)
+    >>> default_tasks(gp_sphere(n_time=1).isel(time=0), "field").max_targets
+    1024
+    """  # noqa: E501
+    caps = {"max_context": DEFAULT_MAX_POINTS, "max_targets": DEFAULT_MAX_POINTS}
+    layout = find_coords(data, variable)
+    if layout.time_dim is None or data.sizes[layout.time_dim] < 3:
+        return SpatialTasks(**caps)
+    hours = np.sort(time_hours(data[layout.time].values))
+    dt = float(np.median(np.diff(hours)))
+    if dt <= 0:
+        return SpatialTasks(**caps)
+    ratio = 6.0 / dt
+    step = 6.0 if abs(ratio - round(ratio)) < 1e-9 and round(ratio) >= 1 else dt
+    n_train = validation_cut(hours.size, validation_fraction)
+    span = float(hours[n_train - 1] - hours[0])
+    frames = min(4, math.floor((span - step) / step + 1e-9) + 1)
+    if frames < 1:
+        return SpatialTasks(**caps)
+    return ForecastTasks(frames=frames, step=step, lead=step, **caps)
+
+
+def _inner(task: Tasks) -> SpatialTasks | ForecastTasks:
+    return task.task if isinstance(task, WindowTasks) else task
+
+
+def _point_bounds(data: xr.Dataset, variable: str, task: Tasks) -> tuple[int, int]:
+    """Upper bounds on the context and target points of one task."""
+    layout = find_coords(data, variable)
+    n = int(np.prod([data.sizes[d] for d in layout.point_dims]))
+    if isinstance(task, WindowTasks):
+        lat, lon = latlon(data, layout)
+        lat, lon = np.ravel(lat), np.ravel(lon)
+        rng = np.random.default_rng(0)
+        centres = rng.choice(lat.size, size=min(lat.size, 256), replace=False)
+        counts = [
+            int(in_window(lat, lon, (lat[i], lon[i]), task.half_widths(lat[i])).sum())
+            for i in centres
+        ]
+        n = min(n, int(1.25 * max(counts)) + 1)
+    inner = _inner(task)
+    if isinstance(inner, ForecastTasks):
+        return min(inner.max_context, inner.frames * n), min(inner.max_targets, n)
+    return min(inner.max_context, max(n - 1, 1)), min(inner.max_targets, max(n - 1, 1))
+
+
+def _round_up(n: int, multiple: int = 16) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def _with_caps(task: Tasks, context: int, target: int) -> Tasks:
+    inner = _inner(task)
+    inner = dataclasses.replace(
+        inner,
+        max_context=min(inner.max_context, context),
+        max_targets=min(inner.max_targets, target),
+    )
+    return dataclasses.replace(task, task=inner) if isinstance(task, WindowTasks) else inner
+
+
+def _resize(points: Points, n: int) -> Points:
+    """Pad (or drop trailing padding) so the point axis has length ``n`` (numpy)."""
+    arrays = {k: np.asarray(getattr(points, k)) for k in ("s", "t", "x", "f", "mask")}
+    size = arrays["mask"].shape[1]
+    if size > n:
+        if arrays["mask"][:, n:].any():
+            raise ConfigError(f"A task has more than {n} points; raise TrainConfig sizes.")
+        arrays = {k: a[:, :n] for k, a in arrays.items()}
+    elif size < n:
+        arrays = {
+            k: np.pad(a, [(0, 0), (0, n - size)] + [(0, 0)] * (a.ndim - 2))
+            for k, a in arrays.items()
+        }
+    return Points(**arrays)
+
+
+def _fixed(batch: Batch, nc: int, nt: int) -> Batch:
+    def ids(a: Any, n: int) -> np.ndarray:
+        a = np.asarray(a)
+        return a[:, :n] if a.shape[1] >= n else np.pad(a, [(0, 0), (0, n - a.shape[1])])
+
+    y = np.asarray(batch.y)
+    y = y[:, :nt] if y.shape[1] >= nt else np.pad(y, [(0, 0), (0, nt - y.shape[1]), (0, 0)])
+    return Batch(
+        context=_resize(batch.context, nc),
+        target=_resize(batch.target, nt),
+        y=y,
+        context_source=ids(batch.context_source, nc),
+        target_source=ids(batch.target_source, nt),
+    )
+
+
+def _check_covariates(data: xr.Dataset, covariates: Sequence[str]) -> None:
+    present = {str(n) for n in data.coords} | {str(n) for n in data.data_vars}
+    for name in covariates:
+        if name not in present and name not in (*PERIODIC_COVARIATES, "elevation"):
+            raise VariableNotFoundError(
+                f"Covariate {name!r} is not in the data (variables and coordinates: "
+                f"{sorted(present)}) and is not built in (elevation, "
+                f"{', '.join(PERIODIC_COVARIATES)})."
+            )
+    covariate_channels(covariates)  # raises on duplicates
+
+
+def _restore(
+    directory: Path, graph_params: nnx.State, tx_init: Any, run: dict[str, Any]
+) -> TrainState:
+    try:
+        return _read_state(directory, graph_params, tx_init, run)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"The checkpoint {directory} is incomplete: {err!r}.") from err
+
+
+def _read_state(
+    directory: Path, graph_params: nnx.State, tx_init: Any, run: dict[str, Any]
+) -> TrainState:
+    meta = ckpt.read_json(directory / "config.json")
+    stored = meta.get("checkpoint", {})
+    if stored.get("run") != run:
+        diff = sorted(k for k in set(run) | set(stored.get("run", {}))
+                      if run.get(k) != stored.get("run", {}).get(k))  # fmt: skip
+        raise CheckpointError(
+            f"The checkpoint in {directory.parent} was written by a different fit (differs in "
+            f"{diff}). Use another checkpoint_dir, or resume=False to start over."
+        )
+    weights = meta["weights"]
+    params = ckpt.arrays_to_tree(
+        graph_params, ckpt.read_arrays(directory / weights["file"], weights["sha256"])
+    )
+    opt_state = ckpt.arrays_to_tree(
+        tx_init(params),
+        ckpt.read_arrays(directory / "opt_state.safetensors", stored["opt_state_sha256"]),
+        by_path=False,
+    )
+    best = None
+    if stored.get("best_sha256"):
+        best = ckpt.arrays_to_tree(
+            graph_params,
+            ckpt.read_arrays(directory / "best_params.safetensors", stored["best_sha256"]),
+        )
+    history = history_lists(ckpt.read_json(directory / "history.json"))
+    best_nll = math.inf if stored.get("best_nll") is None else float(stored["best_nll"])
+    to_jax = lambda tree: jax.tree.map(jax.numpy.asarray, tree)  # noqa: E731
+    return TrainState(
+        step=int(stored["step"]),
+        params=to_jax(params),
+        opt_state=to_jax(opt_state),
+        best_params=None if best is None else to_jax(best),
+        best_step=int(stored.get("best_step", 0)),
+        best_nll=best_nll,
+        history=history,
+    )
+
+
+def fit(
+    data: xr.Dataset | xr.DataArray,
+    variable: str | Sequence[str] | None = None,
+    *,
+    model: str | Any = "bsa-tnp",
+    covariates: Sequence[str] = (),
+    tasks: Tasks | None = None,
+    steps: int = 2_000,
+    batch_size: int = 8,
+    learning_rate: float = 5e-4,
+    validation: float | xr.Dataset | None = 0.1,
+    seed: int = 0,
+    checkpoint_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    config: TrainConfig | None = None,
+) -> NeuralProcess:
+    """Train a neural process on ``data`` to predict ``variable``.
+
+    Parameters
+    ----------
+    data : Dataset or DataArray
+        The training data (gridded or stations, with or without time); never
+        loaded as a whole or modified.
+    variable : str or list of str
+        Variable(s) to learn (default for a DataArray: its name).
+    model : str or BSATNPConfig
+        A registered model name (:func:`xnp.models.registry.available_models`:
+        ``"bsa-tnp"`` is the paper's size, ``"bsa-tnp-tiny"`` a small one) or a
+        configuration.  Its ``dim_x``, ``dim_y`` and ``temporal_bias`` are set from
+        the data and tasks.
+    covariates : list of str
+        Fixed effects: ``"elevation"``, ``"hour_of_day"``, ``"solar_time"``,
+        ``"day_of_year"`` or names of variables/coordinates of ``data``.
+    tasks : SpatialTasks, ForecastTasks or WindowTasks, optional
+        What to learn; default :func:`default_tasks`.
+    steps : int
+        Number of optimisation steps.
+    batch_size : int
+        Tasks per step (split over the devices).
+    learning_rate : float
+        Peak learning rate of the warm-up + cosine schedule (AdamW).
+    validation : float, Dataset or None
+        Fraction of the time axis held out at its end for validation (data with
+        time), a separate dataset to validate on, or None for no validation.  With
+        validation, the returned model has the parameters of the best validation NLL.
+    seed : int
+        Seed of the parameter initialisation and of the task stream: the same
+        data, arguments and seed give bit-identical parameters on one machine.
+    checkpoint_dir : path, optional
+        Folder for periodic checkpoints (each a loadable model directory).
+    resume : bool
+        Continue from the latest checkpoint in ``checkpoint_dir`` (same arguments
+        required); the result equals that of an uninterrupted run.
+    progress : bool
+        Show a progress bar with the loss and steps per second.
+    config : TrainConfig, optional
+        Rarely changed knobs (schedule, clipping, intervals, padded sizes, devices).
+
+    Returns
+    -------
+    NeuralProcess
+        The trained model, with its training history in ``history_``.
+
+    Examples
+    --------
+    >>> import xnp
+    >>> ds = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=12)
+    >>> model = fit(
+    ...     ds,
+    ...     "field",
+    ...     model="bsa-tnp-tiny",
+    ...     steps=4,
+    ...     batch_size=2,
+    ...     progress=False,
+    ...     config=TrainConfig(log_every=2, validate_every=2, validation_batches=1),
+    ... )
+    >>> model.history_.sizes["step"], model.variables
+    (2, ('field',))
+    """
+    t0 = time.perf_counter()
+    config = config or TrainConfig()
+    if isinstance(data, xr.DataArray):
+        if data.name is None and variable is None:
+            raise ConfigError("This DataArray has no name; give it one with .rename('name').")
+        name = str(data.name if data.name is not None else variable)
+        data = data.to_dataset(name=name)
+        variable = variable or name
+    if variable is None:
+        raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
+    if not isinstance(steps, int | np.integer) or steps < 1:
+        raise ConfigError(f"steps must be a positive integer; got {steps!r}.")
+    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer; got {batch_size!r}.")
+    if not learning_rate > 0:
+        raise ConfigError(f"learning_rate must be positive; got {learning_rate!r}.")
+    if resume and checkpoint_dir is None:
+        raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
+    variables = resolve_variables(data, variable)
+    covariates = list(covariates)
+    _check_covariates(data, covariates)
+    layout = find_coords(data, variables[0])
+
+    val_data: xr.Dataset | None = None
+    fraction = 0.0
+    if isinstance(validation, xr.DataArray):
+        validation = validation.to_dataset(name=variables[0])
+    if isinstance(validation, xr.Dataset):
+        val_data = validation
+    elif validation is not None:
+        if not 0.0 < float(validation) < 1.0:
+            raise ConfigError(
+                f"validation must be a fraction in (0, 1), a Dataset or None; got {validation!r}."
+            )
+        if layout.time_dim is None:
+            warnings.warn(
+                "The data has no time axis, so no period can be held out for validation; "
+                "training without validation. Pass validation=<Dataset> to validate on other "
+                "data, or validation=None to silence this warning.",
+                XnpWarning,
+                stacklevel=2,
+            )
+        else:
+            fraction = float(validation)
+    task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
+    bound_c, bound_t = _point_bounds(data, variables[0], task)
+    nc = config.context_size or _round_up(bound_c)
+    nt = config.target_size or _round_up(bound_t)
+    task = _with_caps(task, nc, nt)
+
+    sampler = TaskSampler(
+        data, variables, task, covariates=covariates, batch_size=batch_size, seed=seed,
+        split="train", validation_fraction=fraction,
+    )  # fmt: skip
+    val_batches = None
+    if fraction or val_data is not None:
+        val_sampler = TaskSampler(
+            data if val_data is None else val_data, variables, task, covariates=covariates,
+            batch_size=batch_size, seed=seed + 1, split="train" if val_data is not None
+            else "validation", validation_fraction=fraction, normaliser=sampler.normaliser,
+        )  # fmt: skip
+        val_batches = [
+            _fixed(val_sampler.batch(k), nc, nt) for k in range(config.validation_batches)
+        ]
+
+    temporal = isinstance(_inner(task), ForecastTasks)
+    cfg = model_config(model, dim_x=len(covariate_channels(covariates)), dim_y=len(variables),
+                       temporal=temporal)  # fmt: skip
+    graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
+    run = {
+        "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
+        "task": task_to_dict(task), "steps": int(steps), "batch_size": int(batch_size),
+        "learning_rate": float(learning_rate), "seed": int(seed),
+        "validation": "dataset" if val_data is not None else fraction,
+        "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
+        "context_size": nc, "target_size": nt,
+    }  # fmt: skip
+    run = json.loads(json.dumps(run))  # the form it takes in config.json
+    state = TrainState(step=0, params=params, opt_state=config.init_optimizer(params))
+    checkpoints = None
+    if checkpoint_dir is not None:
+        checkpoints = ckpt.CheckpointDir(checkpoint_dir, keep=config.keep_checkpoints)
+        latest = checkpoints.latest() if resume else None
+        if latest is not None:
+            state = _restore(latest, params_template(cfg), config.init_optimizer, run)
+            log.info("resuming from %s (step %d)", latest, state.step)
+        elif resume:
+            log.info("no checkpoint in %s; starting from step 0", checkpoint_dir)
+
+    units = [sampler.normaliser.stats[v].units for v in variables]
+    coords = {k: v for k, v in dataclasses.asdict(layout).items() if k not in ("crs",)}
+    coords = json.loads(json.dumps(coords))
+
+    def make_model(s: TrainState, final: bool) -> NeuralProcess:
+        use_best = final and s.best_params is not None
+        return NeuralProcess(
+            cfg,
+            s.best_params if use_best else s.params,
+            normaliser=sampler.normaliser,
+            variables=variables,
+            covariates=covariates,
+            coords=coords,
+            task=task,
+            history=history_dataset(s.history, variables, units),
+            training=run | {"step": s.step, "best_step": s.best_step if use_best else None},
+        )
+
+    def save_checkpoint(s: TrainState) -> None:
+        assert checkpoints is not None
+        with checkpoints.write(s.step) as tmp:
+            record: dict[str, Any] = {
+                "step": s.step, "best_step": s.best_step, "run": run,
+                "best_nll": None if math.isinf(s.best_nll) else s.best_nll,
+                "opt_state_sha256": ckpt.write_arrays(
+                    tmp / "opt_state.safetensors", ckpt.tree_to_arrays(s.opt_state, by_path=False)
+                ),
+            }  # fmt: skip
+            if s.best_params is not None:
+                record["best_sha256"] = ckpt.write_arrays(
+                    tmp / "best_params.safetensors", ckpt.tree_to_arrays(s.best_params)
+                )
+            make_model(s, final=False).write_files(tmp, extra={"checkpoint": record})
+
+    log.info(
+        "fitting %s (%d parameters) on %s: %r, padded to %d context / %d target points",
+        run["model"]["kind"], sum(int(np.size(a)) for a in jax.tree.leaves(params)),
+        ", ".join(variables), task, nc, nt,
+    )  # fmt: skip
+    scale = [sampler.normaliser.stats[v].std for v in variables]
+    state = train(
+        graphdef, state, lambda k: _fixed(sampler.batch(k), nc, nt), steps=steps,
+        learning_rate=learning_rate, config=config, batch_size=batch_size,
+        validation=val_batches, value_scale=scale, progress=progress,
+        on_checkpoint=save_checkpoint if checkpoints is not None else None,
+    )  # fmt: skip
+    result = make_model(state, final=True)
+    result.training["seconds"] = round(time.perf_counter() - t0, 3)
+    return result

@@ -1,0 +1,489 @@
+"""The fitted model object: :class:`NeuralProcess`, and saving/loading it.
+
+A :class:`NeuralProcess` bundles what a trained model needs to be used again:
+the model configuration and parameters, the :class:`~xnp.data.Normaliser`, the
+variable, covariate and coordinate names, the task specification, and the
+training history (``history_``, an ``xr.Dataset`` indexed by ``step``).
+
+A saved model is a directory::
+
+    config.json          format, versions, model config, normaliser, names, task, training
+    params.safetensors   the parameters, named by their path in the model
+    history.json         the training history
+
+Loading checks the format, the checksum of the weights and every array's shape,
+and raises :class:`~xnp.errors.CheckpointError` with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from flax import nnx
+
+from xnp import checkpoint as ckpt
+from xnp.data.normalise import Normaliser
+from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
+from xnp.errors import CheckpointError, ConfigError, XnpError
+from xnp.models.registry import build_model, config_from_dict, config_to_dict
+from xnp.points import Points
+from xnp.train import HISTORY_FIELDS, _eval_step
+
+__all__ = ["FORMAT", "NeuralProcess", "load", "task_from_dict", "task_to_dict"]
+
+#: Format tag of a model directory's config.json.
+FORMAT = "xnp.model/1"
+_TASKS = {cls.__name__: cls for cls in (SpatialTasks, ForecastTasks, WindowTasks)}
+_NAN_FIELDS = ("train_nll", "val_nll", "val_coverage", "learning_rate", "steps_per_second")
+
+
+def _version() -> str:
+    from xnp import __version__
+
+    return __version__
+
+
+def task_to_dict(task: SpatialTasks | ForecastTasks | WindowTasks) -> dict[str, Any]:
+    """A JSON-serialisable description of a task specification.
+
+    Examples
+    --------
+    >>> task_from_dict(task_to_dict(WindowTasks(task=ForecastTasks(frames=2)))).task.frames
+    2
+    """
+    out: dict[str, Any] = {"kind": type(task).__name__}
+    for field in dataclasses.fields(task):
+        value = getattr(task, field.name)
+        if isinstance(value, SpatialTasks | ForecastTasks):
+            value = task_to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    return out
+
+
+def task_from_dict(blob: Mapping[str, Any]) -> SpatialTasks | ForecastTasks | WindowTasks:
+    """Inverse of :func:`task_to_dict`."""
+    fields = dict(blob)
+    cls = _TASKS.get(fields.pop("kind", None))
+    if cls is None:
+        raise ConfigError(f"Unknown task kind {blob.get('kind')!r}; known: {sorted(_TASKS)}.")
+    for key, value in fields.items():
+        if isinstance(value, Mapping):
+            fields[key] = task_from_dict(value)
+        elif isinstance(value, list):
+            fields[key] = tuple(value)
+    return cls(**fields)
+
+
+def history_dataset(
+    history: Mapping[str, Sequence[Any]], variables: Sequence[str], units: Sequence[str | None]
+) -> xr.Dataset:
+    """The training history as an ``xr.Dataset`` indexed by ``step``.
+
+    ``val_rmse`` is in the data's units; with several variables it gains a
+    ``variable`` dimension.
+    """
+    steps = np.asarray(history.get("step", []), np.int64)
+    data: dict[str, Any] = {}
+    attrs = {
+        "train_nll": "mean training Gaussian NLL per target point (normalised units)",
+        "val_nll": "validation Gaussian NLL per target point (normalised units)",
+        "val_coverage": "fraction of validation targets inside the central 95% interval",
+        "learning_rate": "learning rate",
+        "steps_per_second": "training steps per second over the logging interval",
+    }
+    for name in _NAN_FIELDS:
+        values = np.asarray(history.get(name, []), np.float64).reshape(-1)
+        data[name] = ("step", values, {"long_name": attrs[name]})
+    rmse = np.asarray(history.get("val_rmse", []), np.float64).reshape(-1, len(variables))
+    rmse_attrs = {"long_name": "validation root-mean-square error (data units)"}
+    if len(variables) == 1:
+        if units[0]:
+            rmse_attrs["units"] = units[0]
+        data["val_rmse"] = ("step", rmse[:, 0], rmse_attrs)
+    else:
+        data["val_rmse"] = (("step", "variable"), rmse, rmse_attrs)
+    coords: dict[str, Any] = {"step": steps}
+    if len(variables) > 1:
+        coords["variable"] = list(variables)
+    return xr.Dataset(data, coords=coords)[[n for n in HISTORY_FIELDS if n != "step"]]
+
+
+def _history_json(history: xr.Dataset) -> dict[str, Any]:
+    def clean(values: np.ndarray) -> list[Any]:
+        return [None if not math.isfinite(v) else float(v) for v in values.reshape(-1)]
+
+    out: dict[str, Any] = {"step": history["step"].values.astype(int).tolist()}
+    for name in _NAN_FIELDS:
+        out[name] = clean(history[name].values)
+    rmse = history["val_rmse"].values
+    rmse = rmse[:, None] if rmse.ndim == 1 else rmse
+    out["val_rmse"] = [clean(row) for row in rmse]
+    return out
+
+
+def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """JSON history (``None`` for NaN) back to the lists :class:`~xnp.train.TrainState` keeps."""
+
+    def nan(v: Any) -> Any:
+        if isinstance(v, list):
+            return [nan(x) for x in v]
+        return math.nan if v is None else v
+
+    return {k: [nan(v) for v in history.get(k, [])] for k in HISTORY_FIELDS}
+
+
+class NeuralProcess:
+    """A trained neural process and everything needed to use it on new data.
+
+    Built by :func:`xnp.api.fit` (``ds.np.fit``) or :func:`xnp.load`.
+
+    Parameters
+    ----------
+    config : BSATNPConfig
+        The model configuration.
+    params : nnx.State
+        The parameters.
+    normaliser : Normaliser
+        Statistics of the variables and covariate channels.
+    variables : sequence of str
+        The predicted variables.
+    covariates : sequence of str
+        Covariate names, as given to ``fit``.
+    coords : mapping, optional
+        Coordinate names found in the training data (``lat``, ``lon``, ``time``, ...).
+    task : SpatialTasks, ForecastTasks or WindowTasks, optional
+        The task specification the model was trained on.
+    history : xr.Dataset, optional
+        Training history (see :func:`history_dataset`).
+    training : mapping, optional
+        How it was trained (steps, batch size, learning rate, seed, ...).
+
+    Attributes
+    ----------
+    params_ : nnx.State
+        The parameters.
+    history_ : xr.Dataset
+        Training history indexed by ``step``.
+
+    Examples
+    --------
+    >>> from xnp.models.config import BSATNPConfig
+    >>> from xnp.data.normalise import Stats
+    >>> model = NeuralProcess.init(
+    ...     BSATNPConfig.tiny(), Normaliser({"t2m": Stats(280.0, 5.0, "K")}), ["t2m"]
+    ... )
+    >>> model.num_params > 1_000, model.variables
+    (True, ('t2m',))
+    >>> mean, std = model.denormalise(np.zeros((1, 3, 1)), np.full((1, 3, 1), 0.5))
+    >>> mean[0, 0, 0].item(), std[0, 0, 0].item()
+    (280.0, 2.5)
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        params: nnx.State,
+        *,
+        normaliser: Normaliser,
+        variables: Sequence[str],
+        covariates: Sequence[str] = (),
+        coords: Mapping[str, Any] | None = None,
+        task: SpatialTasks | ForecastTasks | WindowTasks | None = None,
+        history: xr.Dataset | None = None,
+        training: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.params_ = params
+        self.normaliser = normaliser
+        self.variables = tuple(variables)
+        self.covariates = tuple(covariates)
+        self.coords = dict(coords or {})
+        self.task = task
+        units = [normaliser.stats[v].units if v in normaliser.stats else None for v in variables]
+        self.history_ = history if history is not None else history_dataset({}, variables, units)
+        self.training = dict(training or {})
+        self._graphdef: nnx.GraphDef | None = None
+
+    @classmethod
+    def init(
+        cls, config: Any, normaliser: Normaliser, variables: Sequence[str], *, seed: int = 0, **kw
+    ) -> NeuralProcess:
+        """An untrained model with parameters initialised from ``seed``."""
+        _, params = nnx.split(build_model(config, rngs=nnx.Rngs(seed)))
+        return cls(config, params, normaliser=normaliser, variables=variables, **kw)
+
+    # -- the module ---------------------------------------------------------------------
+    @property
+    def graphdef(self) -> nnx.GraphDef:
+        """Structure of the model (parameters excluded)."""
+        if self._graphdef is None:
+            self._graphdef, _ = nnx.split(_abstract_model(self.config))
+        return self._graphdef
+
+    @property
+    def module(self) -> nnx.Module:
+        """The Flax NNX module with the fitted parameters."""
+        return nnx.merge(self.graphdef, self.params_)
+
+    @property
+    def num_params(self) -> int:
+        """Number of scalar parameters."""
+        return sum(int(np.size(x)) for x in jax.tree.leaves(self.params_))
+
+    # -- prediction on points ---------------------------------------------------------
+    def predict_points(self, context: Points, targets: Points) -> tuple[jax.Array, jax.Array]:
+        """Predictive mean and standard deviation ``[B, Nt, Dy]`` in normalised units.
+
+        ``context`` and ``targets`` are padded :class:`~xnp.points.Points` whose
+        ``x`` and ``f`` are normalised with :attr:`normaliser` (as the task sampler
+        produces them).  Compiled once per shape.
+        """
+        return _predict_fn(self.graphdef)(self.params_, context, targets)
+
+    def predict(self, context: Any, targets: Any = None, **kwargs: Any) -> xr.Dataset:
+        """Predict at ``targets`` given the observations ``context`` (estimator style).
+
+        Same as ``context.np.predict(self, targets, **kwargs)``; see
+        :func:`xnp.prediction.predict`.
+        """
+        from xnp.prediction import predict  # the xarray layer sits above this module
+
+        return predict(self, context, targets, **kwargs)
+
+    def denormalise(
+        self, mean: jax.Array | np.ndarray, std: jax.Array | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Map normalised predictive means and standard deviations to the data's units."""
+        names = list(self.variables)
+        return (
+            self.normaliser.inverse(np.asarray(mean), names),
+            self.normaliser.inverse_std(np.asarray(std), names),
+        )
+
+    def evaluate_batches(self, batches: Sequence[Any]) -> dict[str, Any]:
+        """NLL (normalised), RMSE (data units, per variable) and 95 % coverage over batches."""
+        evaluate = _eval_step(self.graphdef)
+        totals: dict[str, Any] = {}
+        for batch in batches:
+            sums = evaluate(self.params_, batch)
+            totals = sums if not totals else jax.tree.map(np.add, totals, sums)
+        totals = jax.tree.map(np.asarray, totals)
+        count = max(float(totals["count"]), 1.0)
+        scale = np.array([self.normaliser.stats[v].std for v in self.variables])
+        mse = totals["sq_err"] / np.maximum(totals["channel_count"], 1.0)
+        return {
+            "nll": float(totals["nll"]) / count,
+            "rmse": (np.sqrt(mse) * scale).tolist(),
+            "coverage": float(totals["covered"]) / count,
+        }
+
+    # -- saving -------------------------------------------------------------------------
+    def metadata(self) -> dict[str, Any]:
+        """The JSON description written to ``config.json`` (without file checksums)."""
+        return {
+            "format": FORMAT,
+            "xnp_version": _version(),
+            "jax_version": jax.__version__,
+            "flax_version": flax.__version__,
+            "model": config_to_dict(self.config),
+            "normaliser": self.normaliser.to_json(),
+            "variables": list(self.variables),
+            "covariates": list(self.covariates),
+            "coords": self.coords,
+            "task": None if self.task is None else task_to_dict(self.task),
+            "training": self.training,
+        }
+
+    def write_files(self, directory: Path, extra: Mapping[str, Any] | None = None) -> None:
+        """Write the model's files into an existing (temporary) directory."""
+        digest = ckpt.write_arrays(directory / "params.safetensors", self._arrays())
+        ckpt.write_json(directory / "history.json", _history_json(self.history_))
+        meta = self.metadata() | {"weights": {"file": "params.safetensors", "sha256": digest}}
+        ckpt.write_json(directory / "config.json", meta | dict(extra or {}))
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return ckpt.tree_to_arrays(self.params_)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save to a directory, atomically (an interrupted save keeps the previous one).
+
+        An existing xnp model directory at ``path`` is replaced; any other existing,
+        non-empty directory raises :class:`~xnp.errors.CheckpointError`.
+
+        Returns
+        -------
+        Path
+            The directory written.
+        """
+        with ckpt.atomic_directory(path) as tmp:
+            self.write_files(tmp)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> NeuralProcess:
+        """Load a model saved by :meth:`save` (or the latest of a checkpoint folder)."""
+        return load(path)
+
+    # -- display ------------------------------------------------------------------------
+    def plot_history(self, ax: Any = None, *, metrics: Sequence[str] = ("train_nll", "val_nll")):
+        """Plot learning curves with matplotlib (the ``plot`` extra); return the axes.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, optional
+            Where to draw (default: a new figure).
+        metrics : sequence of str
+            Variables of :attr:`history_` to draw against the step.
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("plot_history needs matplotlib: pip install 'xnp[plot]'.") from err
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        for name in metrics:
+            if name not in self.history_:
+                raise ConfigError(f"{name!r} is not in the history ({list(self.history_)}).")
+            series = self.history_[name]
+            if "variable" in series.dims:
+                for v in series["variable"].values:
+                    s = series.sel(variable=v)
+                    ok = np.isfinite(s.values)
+                    ax.plot(s["step"].values[ok], s.values[ok], ".-", label=f"{name} {v}")
+                continue
+            ok = np.isfinite(series.values)
+            ax.plot(series["step"].values[ok], series.values[ok], ".-", label=name)
+        ax.set_xlabel("step")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return ax
+
+    def __repr__(self) -> str:
+        kind = config_to_dict(self.config)["kind"]
+        units = {v: self.normaliser.stats[v].units for v in self.variables}
+        names = ", ".join(f"{v} [{u}]" if u else v for v, u in units.items())
+        lines = [
+            f"<xnp.NeuralProcess {kind}: {self.num_params:,} parameters>",
+            f"  variables:   {names}",
+            f"  covariates:  {', '.join(self.covariates) or 'none'}",
+            f"  tasks:       {self.task!r}",
+        ]
+        t = self.training
+        if t:
+            lines.append(
+                f"  trained:     {t.get('steps')} steps, batch {t.get('batch_size')}, "
+                f"learning rate {t.get('learning_rate'):g}, seed {t.get('seed')}"
+                + (f"; best step {t['best_step']}" if t.get("best_step") else "")
+            )
+        val = self.history_["val_nll"].values if self.history_.sizes.get("step") else []
+        finite = np.flatnonzero(np.isfinite(val))
+        if finite.size:
+            i = int(finite[np.argmin(np.asarray(val)[finite])])
+            row = self.history_.isel(step=i)
+            rmse = np.atleast_1d(row["val_rmse"].values)
+            text = ", ".join(f"{r:.4g}" for r in rmse)
+            lines.append(
+                f"  validation:  NLL {float(row['val_nll']):.4f}, RMSE {text}, "
+                f"95% coverage {float(row['val_coverage']):.3f} (step {int(row['step'])})"
+            )
+        return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=8)
+def _predict_fn(graphdef: nnx.GraphDef) -> Any:
+    """The jitted forward pass, shared by every model with this structure."""
+    return jax.jit(lambda params, context, targets: nnx.merge(graphdef, params)(context, targets))
+
+
+def _abstract_model(config: Any) -> nnx.Module:
+    return nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
+
+
+def params_template(config: Any) -> nnx.State:
+    """Shapes and dtypes of the parameters of ``config``'s model (nothing allocated)."""
+    _, state = nnx.split(_abstract_model(config))
+    return state
+
+
+def load(path: str | os.PathLike) -> NeuralProcess:
+    """Load a saved :class:`NeuralProcess`.
+
+    ``path`` is a model directory written by :meth:`NeuralProcess.save`, one
+    checkpoint of a training run, or a ``checkpoint_dir`` of ``fit`` (its latest
+    checkpoint is loaded).  Nothing in the directory is executed: it holds JSON
+    and safetensors only.
+
+    Raises
+    ------
+    CheckpointError
+        If the directory is missing, incomplete, corrupted, from an incompatible
+        format, or its arrays do not fit the stored configuration.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from xnp.models.config import BSATNPConfig
+    >>> from xnp.data.normalise import Stats
+    >>> model = NeuralProcess.init(BSATNPConfig.tiny(), Normaliser({"v": Stats(0.0, 1.0)}), ["v"])
+    >>> path = model.save(tempfile.mkdtemp() + "/model")
+    >>> load(path).num_params == model.num_params
+    True
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory: nothing to load.")
+    if not (directory / "config.json").exists():
+        latest = ckpt.CheckpointDir(directory).latest()
+        if latest is not None:
+            directory = latest
+    meta = ckpt.read_json(directory / "config.json")
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{directory} has format {meta.get('format')!r}; this xnp ({_version()}) reads "
+            f"{FORMAT!r}. Load it with the xnp version that wrote it "
+            f"({meta.get('xnp_version', 'unknown')})."
+        )
+    try:
+        config = config_from_dict(meta["model"])
+        normaliser = Normaliser.from_json(meta["normaliser"])
+        variables = [str(v) for v in meta["variables"]]
+        task = None if meta.get("task") is None else task_from_dict(meta["task"])
+        weights = meta["weights"]
+        history_blob = ckpt.read_json(directory / "history.json")
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"{directory}/config.json is incomplete: missing {err}.") from err
+    except CheckpointError:
+        raise
+    except XnpError as err:
+        raise CheckpointError(f"{directory}/config.json is not compatible: {err}") from err
+    arrays = ckpt.read_arrays(directory / str(weights.get("file")), weights.get("sha256"))
+    params = jax.tree.map(jnp.asarray, ckpt.arrays_to_tree(params_template(config), arrays))
+    units = [normaliser.stats[v].units if v in normaliser.stats else None for v in variables]
+    try:
+        history = history_dataset(history_lists(history_blob), variables, units)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{directory}/history.json is malformed: {err}.") from err
+    return NeuralProcess(
+        config,
+        params,
+        normaliser=normaliser,
+        variables=variables,
+        covariates=meta.get("covariates", []),
+        coords=meta.get("coords"),
+        task=task,
+        history=history,
+        training=meta.get("training"),
+    )
