@@ -143,3 +143,22 @@ def test_another_region_gives_the_same_answer(model, data):
                     grid().assign_coords(lon=grid().lon + 70.0), time=t0)  # fmt: skip
     np.testing.assert_allclose(moved["t2m_mean"].values, ref["t2m_mean"].values, atol=1e-3)
     np.testing.assert_allclose(moved["t2m_std"].values, ref["t2m_std"].values, atol=1e-3)
+
+
+def test_swin_tnp_fit_predict_save_load_through_the_accessor(tmp_path):
+    import xnp
+    from xnp.data import SpatialTasks
+
+    ds = xnp.datasets.gp_sphere(n_lat=8, n_lon=16, n_time=12)
+    model = ds.np.fit(
+        "field", model="swin-tnp-tiny", tasks=SpatialTasks(), steps=10, batch_size=2,
+        progress=False, validation=0.2, config=xnp.TrainConfig(log_every=5, validate_every=5),
+    )  # fmt: skip
+    assert type(model.config).__name__ == "SwinTNPConfig"
+    targets = {"lat": np.linspace(-60, 60, 5), "lon": np.linspace(-170, 170, 7)}
+    frame = ds.isel(time=slice(0, 1))
+    eager = frame.np.predict(model, targets)
+    model.save(tmp_path / "swin")
+    lazy = frame.np.predict(xnp.load(tmp_path / "swin"), targets, chunks={"lat": 2})
+    xr.testing.assert_allclose(lazy.compute(), eager, atol=1e-4)
+    assert np.isfinite(eager["field_mean"]).all()
