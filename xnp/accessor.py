@@ -20,8 +20,37 @@ from xnp.train import TrainConfig
 __all__ = ["NPDataArrayAccessor", "NPDatasetAccessor"]
 
 
+class _NPAccessor:
+    """What the Dataset and DataArray accessors share (they hold no state but the object)."""
+
+    def __init__(self, obj: xr.Dataset | xr.DataArray) -> None:
+        self._obj = obj
+
+    def predict(
+        self,
+        model: NeuralProcess,
+        targets: Any = None,
+        *,
+        time: Any = None,
+        context_radius: str | float | None = None,
+        chunks: dict[str, int] | None = None,
+        memory_budget: str | int = "1GiB",
+        progress: bool = False,
+    ) -> xr.Dataset:
+        """Predict at ``targets`` with this object's observations as context.
+
+        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
+        and ``{variable}_std`` on the target coordinates (lazy when the targets
+        are dask-chunked or ``chunks`` is given).
+        """
+        return prediction.predict(
+            model, self._obj, targets, time=time, context_radius=context_radius,
+            chunks=chunks, memory_budget=memory_budget, progress=progress,
+        )  # fmt: skip
+
+
 @xr.register_dataset_accessor("np")
-class NPDatasetAccessor:
+class NPDatasetAccessor(_NPAccessor):
     """Neural-process methods of a Dataset: ``ds.np.fit(...)``.
 
     Examples
@@ -40,9 +69,6 @@ class NPDatasetAccessor:
     >>> type(model).__name__
     'NeuralProcess'
     """
-
-    def __init__(self, obj: xr.Dataset) -> None:
-        self._obj = obj
 
     def fit(
         self,
@@ -69,31 +95,9 @@ class NPDatasetAccessor:
             config=config,
         )  # fmt: skip
 
-    def predict(
-        self,
-        model: NeuralProcess,
-        targets: Any = None,
-        *,
-        time: Any = None,
-        context_radius: str | float | None = None,
-        chunks: dict[str, int] | None = None,
-        memory_budget: str | int = "1GiB",
-        progress: bool = False,
-    ) -> xr.Dataset:
-        """Predict at ``targets`` with this object's observations as context.
-
-        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
-        and ``{variable}_std`` on the target coordinates (lazy when the targets
-        are dask-chunked or ``chunks`` is given).
-        """
-        return prediction.predict(
-            model, self._obj, targets, time=time, context_radius=context_radius,
-            chunks=chunks, memory_budget=memory_budget, progress=progress,
-        )  # fmt: skip
-
 
 @xr.register_dataarray_accessor("np")
-class NPDataArrayAccessor:
+class NPDataArrayAccessor(_NPAccessor):
     """Neural-process methods of a DataArray, which learns its own variable (its name).
 
     Examples
@@ -111,9 +115,6 @@ class NPDataArrayAccessor:
     >>> model.variables
     ('field',)
     """
-
-    def __init__(self, obj: xr.DataArray) -> None:
-        self._obj = obj
 
     def fit(
         self,
@@ -137,26 +138,4 @@ class NPDataArrayAccessor:
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
             config=config,
-        )  # fmt: skip
-
-    def predict(
-        self,
-        model: NeuralProcess,
-        targets: Any = None,
-        *,
-        time: Any = None,
-        context_radius: str | float | None = None,
-        chunks: dict[str, int] | None = None,
-        memory_budget: str | int = "1GiB",
-        progress: bool = False,
-    ) -> xr.Dataset:
-        """Predict at ``targets`` with this object's observations as context.
-
-        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
-        and ``{variable}_std`` on the target coordinates (lazy when the targets
-        are dask-chunked or ``chunks`` is given).
-        """
-        return prediction.predict(
-            model, self._obj, targets, time=time, context_radius=context_radius,
-            chunks=chunks, memory_budget=memory_budget, progress=progress,
         )  # fmt: skip

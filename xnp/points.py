@@ -8,6 +8,7 @@ passed straight through ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +110,21 @@ class Points:
             raise ShapeError(
                 f"Points.mask must have shape {list(lead)}; got {tuple(self.mask.shape)}."
             )
+
+    def validate_for(self, config: Any, role: str) -> None:
+        """Check the shapes and the channel counts against a model ``config``.
+
+        ``config`` has ``dim_s``, ``dim_x`` and ``dim_y``; a mismatch raises
+        :class:`xnp.errors.ShapeError` naming the field and the config class.
+        """
+        self.validate()
+        for name, want in (("s", config.dim_s), ("x", config.dim_x), ("f", config.dim_y)):
+            got = getattr(self, name).shape[-1]
+            if got != want:
+                raise ShapeError(
+                    f"{role} points have {name}.shape[-1] = {got}, but the model was configured "
+                    f"with {want} ({type(config).__name__}.dim_{name})."
+                )
 
     def replace(self, **changes: Array) -> Points:
         """Return a copy with some fields replaced."""

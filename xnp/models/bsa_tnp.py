@@ -139,17 +139,6 @@ class BSATNP(nnx.Module):
         self.head = MLP([cfg.dim_token, *cfg.head_hidden, 2 * cfg.dim_y], dtype=dtype, rngs=rngs)
 
     # -- helpers -----------------------------------------------------------------------
-    def _check(self, points: Points, role: str) -> None:
-        cfg = self.config
-        points.validate()
-        for name, want in (("s", cfg.dim_s), ("x", cfg.dim_x), ("f", cfg.dim_y)):
-            got = getattr(points, name).shape[-1]
-            if got != want:
-                raise ShapeError(
-                    f"{role} points have {name}.shape[-1] = {got}, but the model was configured "
-                    f"with {want} (BSATNPConfig.dim_{name})."
-                )
-
     def _embed(self, p: Points, *, observed: bool) -> jax.Array:
         cfg = self.config
         b, n = p.mask.shape
@@ -178,7 +167,7 @@ class BSATNP(nnx.Module):
         The last block's context update is skipped: targets attend to each block's
         *input* context tokens, so its output would never be used.
         """
-        self._check(context, "context")
+        context.validate_for(self.config, "context")
         e = self._embed(context, observed=True)
         feats = self._feats(context)
         kv = []
@@ -194,7 +183,7 @@ class BSATNP(nnx.Module):
         Targets are independent given the context, so any split of ``targets``
         into chunks gives the same values.  Target ``f`` values are ignored.
         """
-        self._check(targets, "target")
+        targets.validate_for(self.config, "target")
         if len(state.kv) != len(self.blocks):
             raise ShapeError(
                 f"the context state has {len(state.kv)} blocks; this model has "

@@ -330,17 +330,6 @@ class SwinTNP(nnx.Module):
         )
         return jnp.concatenate([u, jnp.sin(phase), jnp.cos(phase)], axis=-1)
 
-    def _check(self, points: Points, role: str) -> None:
-        cfg = self.config
-        points.validate()
-        for name, want in (("s", cfg.dim_s), ("x", cfg.dim_x), ("f", cfg.dim_y)):
-            got = getattr(points, name).shape[-1]
-            if got != want:
-                raise ShapeError(
-                    f"{role} points have {name}.shape[-1] = {got}, but the model was configured "
-                    f"with {want} (SwinTNPConfig.dim_{name})."
-                )
-
     def _tokens(self, p: Points, *, observed: bool) -> jax.Array:
         cfg = self.config
         b, n = p.mask.shape
@@ -371,7 +360,7 @@ class SwinTNP(nnx.Module):
     # -- public API --------------------------------------------------------------------
     def condition(self, context: Points) -> GridState:
         """Encode the context onto the grid and run the processor, once."""
-        self._check(context, "context")
+        context.validate_for(self.config, "context")
         origin = self._origin(context)
         u = self.encoder(self._tokens(context, observed=True), context.s, context.mask, origin)
         kv = []
@@ -387,7 +376,7 @@ class SwinTNP(nnx.Module):
         chunks gives the same values.  Target ``f`` values are ignored.
         """
         cfg = self.config
-        self._check(targets, "target")
+        targets.validate_for(self.config, "target")
         if len(state.kv) != len(self.decoders):
             raise ShapeError(
                 f"the grid state has {len(state.kv)} layers; this model has "
