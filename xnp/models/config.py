@@ -7,7 +7,38 @@ from typing import Any, Literal, Self
 
 from xnp.errors import ConfigError
 
-__all__ = ["BSATNPConfig"]
+__all__ = ["BSATNPConfig", "ConfigIO"]
+
+
+def _listify(value: Any) -> Any:
+    return [_listify(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _tuplify(value: Any) -> Any:
+    return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
+
+
+class ConfigIO:
+    """``replace``, ``to_dict`` and ``from_dict`` shared by the frozen model configs."""
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (tuples, also nested ones, become lists)."""
+        return {k: _listify(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict`; unknown keys raise :class:`ConfigError`."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(names)}."
+            )
+        return cls(**{k: _tuplify(v) for k, v in data.items()})
 
 
 def _positive(name: str, value: float) -> None:
@@ -16,7 +47,7 @@ def _positive(name: str, value: float) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BSATNPConfig:
+class BSATNPConfig(ConfigIO):
     """Configuration of a BSA-TNP model.
 
     The defaults are the paper's sizes (6 KRBlocks, 4 heads, token dimension 64,
@@ -156,24 +187,3 @@ class BSATNPConfig:
             "n_basis_time": 2,
         }  # fmt: skip
         return cls(**{**sizes, **overrides})
-
-    def replace(self, **changes: Any) -> Self:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (tuples become lists)."""
-        out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        """Inverse of :meth:`to_dict`; unknown keys raise :class:`ConfigError`."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(names)}."
-            )
-        fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**fixed)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, Literal, Self
 
 from xnp.errors import ConfigError
+from xnp.models.config import ConfigIO
 
 __all__ = ["SwinTNPConfig"]
 
@@ -14,12 +15,8 @@ _INT_FIELDS = (
 )  # fmt: skip
 
 
-def _pair(value: Any) -> tuple:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in value)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SwinTNPConfig:
+class SwinTNPConfig(ConfigIO):
     """Configuration of a Swin-TNP model (Ashman et al. 2025, "Gridded TNPs").
 
     The defaults are the paper's sizes (token dimension 128, 8 heads of 16,
@@ -209,28 +206,3 @@ class SwinTNPConfig:
         """The paper's 2-D GP setting: plane, 32 × 32 grid on ``[-6, 6]²``."""
         base = {"geometry": "plane", "grid_shape": (32, 32), "extent": ((-6.0, 6.0), (-6.0, 6.0))}
         return cls(**{**base, **overrides})
-
-    def replace(self, **changes: Any) -> Self:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (tuples become lists)."""
-        out = dataclasses.asdict(self)
-
-        def listify(v: Any) -> Any:
-            return [listify(a) for a in v] if isinstance(v, tuple) else v
-
-        return {k: listify(v) for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        """Inverse of :meth:`to_dict`; unknown keys raise :class:`ConfigError`."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(names)}."
-            )
-        fixed = {k: _pair(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**fixed)
