@@ -180,3 +180,18 @@ def test_train_config_validation():
     with pytest.raises(ConfigError, match="final_lr_ratio"):
         TrainConfig(final_lr_ratio=2.0)
     assert TrainConfig.from_dict(FAST.to_dict()) == FAST
+
+
+def test_forecasts_of_held_out_times_match_validation(trained):
+    ds = gp_data()
+    inits = ds.time.values[35:39]  # valid times 36..39: the held-out part
+    out = ds.np.predict(trained, time=inits)
+    truth = ds.field.sel(time=out.valid_time)
+    err = out.field_mean - truth
+    rmse = float(np.sqrt((err**2).mean()))
+    best = trained.history_.sel(step=trained.training["best_step"])
+    # the same skill the training loop measured on its validation tasks
+    assert 0.6 * float(best.val_rmse) < rmse < 1.4 * float(best.val_rmse)
+    z = np.abs(err / out.field_std)
+    assert 0.8 < float((z < 1.96).mean()) <= 1.0
+    assert rmse < 0.6 * float(ds.field.std())

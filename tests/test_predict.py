@@ -6,7 +6,7 @@ from strategies import curvilinear_dataset, grid_dataset, station_dataset
 
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks
-from xnp.errors import ConfigError, CoordinateError, EmptyDataError
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
 from xnp.estimator import NeuralProcess
 from xnp.models.config import BSATNPConfig
 from xnp.prediction import predict
@@ -120,9 +120,8 @@ def test_clear_errors(model, data):
         predict(model, data, xr.Dataset(coords={"a": [1.0, 2.0]}), time=data.time.values[0])
     with pytest.raises(ConfigError, match="no variable"):
         predict(model, data.rename(t2m="temp"))
-    forecast = NeuralProcess.init(model.config, model.normaliser, ["t2m"], task=ForecastTasks())
-    with pytest.raises(ConfigError, match="forecast"):
-        predict(forecast, data)
+    with pytest.raises(ConfigError, match="lead_time is for forecast models"):
+        predict(model, data, lead_time=6)
     assert np.isnan(empty["t2m"][1]).all()  # the user's data is untouched by us
 
 
@@ -162,3 +161,71 @@ def test_swin_tnp_fit_predict_save_load_through_the_accessor(tmp_path):
     lazy = frame.np.predict(xnp.load(tmp_path / "swin"), targets, chunks={"lat": 2})
     xr.testing.assert_allclose(lazy.compute(), eager, atol=1e-4)
     assert np.isfinite(eager["field_mean"]).all()
+
+
+@pytest.fixture(scope="module")
+def forecaster(model):
+    cfg = model.config.replace(temporal_bias=True)
+    task = ForecastTasks(frames=2, step=6.0, lead=6.0)
+    return NeuralProcess.init(cfg, model.normaliser, ["t2m"], task=task, seed=1)
+
+
+def test_forecast_has_init_lead_and_valid_time(forecaster):
+    data = grid_dataset(nt=5, ny=6, nx=7, nan_fraction=0.1)
+    out = predict(forecaster, data, grid(5, 6))
+    # every time with two frames 6 h apart ending at it is an init time: all but the first
+    np.testing.assert_array_equal(out.init_time.values, data.time.values[1:])
+    assert out["t2m_mean"].dims == ("init_time", "lat", "lon")
+    assert out.lead_time.values == np.timedelta64(6, "h")
+    np.testing.assert_array_equal(
+        out.valid_time.values, data.time.values[1:] + np.timedelta64(6, "h")
+    )
+    assert np.isfinite(out["t2m_mean"]).all()
+    assert (out["t2m_std"] > 0).all()
+    assert "time" not in out.coords
+
+    one = predict(forecaster, data, grid(5, 6), time=data.time.values[3], lead_time=["6h", 3])
+    assert one["t2m_mean"].dims == ("lead_time", "lat", "lon")
+    assert one.init_time.values == data.time.values[3]
+    assert one.lead_time.values.tolist() == [np.timedelta64(6, "h"), np.timedelta64(3, "h")]
+    six = one.sel(lead_time="6h").drop_vars("valid_time")
+    xr.testing.assert_allclose(six, out.isel(init_time=2).drop_vars("valid_time"), atol=1e-5)
+    # the lead enters the model (through the temporal bias): another lead, another forecast
+    assert not np.allclose(one["t2m_mean"][0], one["t2m_mean"][1])
+
+
+def test_forecast_uses_exactly_the_context_frames(forecaster):
+    data = grid_dataset(nt=5, ny=6, nx=7, nan_fraction=0.1)
+    t0 = data.time.values[2]
+    ref = predict(forecaster, data, grid(5, 6), time=t0)
+    changed = data.copy(deep=True)
+    changed["t2m"][0] += 10.0  # outside the two frames ending at t0
+    changed["t2m"][3:] -= 10.0  # in the future of t0
+    xr.testing.assert_allclose(predict(forecaster, changed, grid(5, 6), time=t0), ref)
+    changed["t2m"][1] += 1.0  # a context frame
+    assert not np.allclose(predict(forecaster, changed, grid(5, 6), time=t0)["t2m_mean"],
+                           ref["t2m_mean"])  # fmt: skip
+
+
+def test_forecast_lazy_and_regional_agree_with_eager(forecaster):
+    data = grid_dataset(nt=3, ny=6, nx=7, nan_fraction=0.1)
+    eager = predict(forecaster, data, grid(5, 6), lead_time=[6, 3])
+    lazy = predict(forecaster, data, grid(5, 6), lead_time=[6, 3], chunks={"lat": 2})
+    assert lazy["t2m_mean"].chunks is not None
+    xr.testing.assert_allclose(lazy.compute(), eager, atol=1e-4)
+    regional = predict(forecaster, data, grid(5, 6), lead_time=[6, 3], context_radius="20000km")
+    xr.testing.assert_allclose(regional, eager, atol=1e-4)
+
+
+def test_forecast_errors(forecaster):
+    data = grid_dataset(nt=3, ny=6, nx=7)
+    with pytest.raises(EmptyDataError, match="lacks some of them"):
+        predict(forecaster, data, time=data.time.values[0])
+    with pytest.raises(EmptyDataError, match="context frames"):
+        predict(forecaster, data.isel(time=[0, 2]))
+    with pytest.raises(ConfigError, match="no time dimension"):
+        predict(forecaster, data.isel(time=0))
+    with pytest.raises(ConfigError, match="cannot read lead_time"):
+        predict(forecaster, data, time=data.time.values[1], lead_time="soon")
+    with pytest.warns(XnpWarning, match="beyond"):
+        predict(forecaster, data, grid(3, 3), time=data.time.values[1], lead_time=24)

@@ -32,6 +32,7 @@ class _NPAccessor:
         targets: Any = None,
         *,
         time: Any = None,
+        lead_time: Any = None,
         context_radius: str | float | None = None,
         chunks: dict[str, int] | None = None,
         memory_budget: str | int = "1GiB",
@@ -44,8 +45,9 @@ class _NPAccessor:
         are dask-chunked or ``chunks`` is given).
         """
         return prediction.predict(
-            model, self._obj, targets, time=time, context_radius=context_radius,
-            chunks=chunks, memory_budget=memory_budget, progress=progress,
+            model, self._obj, targets, time=time, lead_time=lead_time,
+            context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
+            progress=progress,
         )  # fmt: skip
 
 

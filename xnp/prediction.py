@@ -15,23 +15,33 @@ once (:class:`xnp.infer.Predictor`); the targets are then predicted
 
 With ``context_radius`` every chunk (or block) conditions only on the context
 within that great-circle distance (:meth:`xnp.infer.Predictor.predict`).
+
+A model trained on forecast tasks forecasts instead: for each initialisation
+time (``time``) its context is the model's frames ending at that time (times
+relative to it, as in training), and the targets are predicted ``lead_time``
+hours ahead; the result is labelled with ``init_time``, ``lead_time`` and
+``valid_time`` (the CF/climpred convention for forecasts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from xnp.data.coords import find_coords
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
-from xnp.data.tasks import ForecastTasks
-from xnp.errors import ConfigError, EmptyDataError
+from xnp.data.tasks import ForecastTasks, WindowTasks
+from xnp.data.times import match_hours, time_hours
+from xnp.errors import ConfigError, EmptyDataError, XnpWarning
 from xnp.infer import Predictor, parse_distance_km
 from xnp.points import Points
 
@@ -61,17 +71,39 @@ def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
     return tmpl.assign_attrs(_xnp_chunks=dict(chunks)) if chunks else tmpl
 
 
-def _points(ps: PointSet, model: Any, *, values: bool) -> Points:
-    """Normalised, batch-of-one :class:`Points` of a point set (spatial task: t = 0)."""
+def _points(ps: PointSet, model: Any, *, values: bool, t: Any = None) -> Points:
+    """Normalised, batch-of-one :class:`Points` of a point set.
+
+    ``t`` is hours relative to the task's reference time (a scalar or one per
+    point); default 0 (a spatial task).
+    """
     x = model.normaliser.transform(ps.x, ps.covariates) if ps.covariates else ps.x
     n = len(ps)
     f = model.normaliser.transform(ps.f, ps.variables) if values else None
+    t = None if t is None else np.broadcast_to(np.asarray(t, np.float32), (n,)).reshape(1, n, 1)
     return Points.from_arrays(
         s=ps.s[None],
+        t=t,
         x=np.asarray(x, np.float32).reshape(1, n, -1),
         f=None if f is None else np.asarray(f, np.float32)[None],
         dim_y=len(model.variables),
     )
+
+
+@dataclasses.dataclass(eq=False)
+class _Context:
+    """One normalised context set; conditioned at most once, when first needed."""
+
+    model: Any
+    predictor: Predictor
+    points: Points
+    attrs: dict[str, dict]
+    _state: Any = None
+
+    def state(self) -> Any:
+        if self._state is None:
+            self._state = self.predictor.condition(self.points)
+        return self._state
 
 
 @dataclasses.dataclass(eq=False)
@@ -84,13 +116,14 @@ class _Payload:
     context: Points | None
     radius_km: float | None
     model: Any
+    t_target: float | None = None
 
     def block(self, index: np.ndarray) -> np.ndarray:
         """Predict the targets ``index`` (any shape) → ``index.shape + (2·Dy,)``."""
         flat = index.ravel()
         out = np.full((flat.size, 2 * len(self.model.variables)), np.nan, np.float32)
         if flat.size:
-            tgt = _points(self.targets.take(flat), self.model, values=False)
+            tgt = _points(self.targets.take(flat), self.model, values=False, t=self.t_target)
             if self.radius_km is None:
                 mean, std = self.predictor.predict_state(self.state, tgt)
             else:
@@ -129,33 +162,52 @@ def _lazy(
     return xr.Dataset(data, attrs=prediction_attrs(None, None, {}))
 
 
-def _one_time(
-    model: Any,
-    data: xr.Dataset,
-    template: xr.Dataset,
-    *,
-    radius_km: float | None,
-    chunks: Mapping[str, Any] | None,
-    memory_budget: str | int,
-    progress: bool,
-) -> xr.Dataset:
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    radius_km: float | None
+    chunks: Mapping[str, Any]
+    memory_budget: str | int
+    progress: bool
+
+
+def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float | None = None
+             ) -> _Context:  # fmt: skip
+    """Check units, read and normalise the observations in ``data`` as one context set.
+
+    With ``reference`` (hours since 1970), each point's time relative to it is
+    the model's ``t`` (forecast context frames); otherwise ``t = 0``.
+    """
     variables = list(model.variables)
     for v in variables:
         model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
-    ctx_ps = to_points(data, variables, covariates=model.covariates, **_names(model))
-    tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model))
-    context = _points(ctx_ps, model, values=True)
-    predictor = Predictor(model.module, memory_budget=memory_budget, progress=progress)
+    ps = to_points(data, variables, covariates=model.covariates, **_names(model))
+    t = None if reference is None else ps.time - reference
+    predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}
-    if chunks:
-        state = None if radius_km is not None else predictor.condition(context)
-        payload = _Payload(predictor, state, tgt_ps, context, radius_km, model)
-        return _lazy(payload, tgt_ps, chunks, attrs)
-    mean, std = predictor.predict(
-        context, _points(tgt_ps, model, values=False), context_radius_km=radius_km
-    )
+    return _Context(model, predictor, _points(ps, model, values=True, t=t), attrs)
+
+
+def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float | None = None
+         ) -> xr.Dataset:  # fmt: skip
+    """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
+    model = ctx.model
+    tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model))
+    if opts.chunks:
+        state = None if opts.radius_km is not None else ctx.state()
+        payload = _Payload(ctx.predictor, state, tgt_ps, ctx.points, opts.radius_km, model,
+                           t_target)  # fmt: skip
+        return _lazy(payload, tgt_ps, opts.chunks, ctx.attrs)
+    targets = _points(tgt_ps, model, values=False, t=t_target)
+    if opts.radius_km is None:
+        mean, std = ctx.predictor.predict_state(ctx.state(), targets)
+    else:
+        mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
     mean, std = model.denormalise(mean, std)
-    return predictions_to_xarray(tgt_ps, mean[0], std[0], variables, attrs=attrs)
+    return predictions_to_xarray(tgt_ps, mean[0], std[0], list(model.variables), attrs=ctx.attrs)
+
+
+def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:
+    return _run(_context(model, data, opts), template, opts)
 
 
 def _names(model: Any) -> dict[str, Any]:
@@ -170,6 +222,7 @@ def predict(
     targets: xr.Dataset | xr.DataArray | Mapping[str, Any] | None = None,
     *,
     time: Any = None,
+    lead_time: Any = None,
     context_radius: str | float | None = None,
     chunks: Mapping[str, int] | None = None,
     memory_budget: str | int = "1GiB",
@@ -188,6 +241,12 @@ def predict(
         A dask-chunked template gives a lazy result.
     time : optional
         Time(s) to predict, selected from ``data`` with ``.sel``; default all.
+        For a forecast model these are the initialisation times: the context is
+        the model's frames up to and including each of them.
+    lead_time : optional
+        Forecast models only: hours after ``time`` to predict (a number of
+        hours, a timedelta, a string such as ``"6h"``, or a list of them).
+        Default: the lead the model was trained for.
     context_radius : str or float, optional
         E.g. ``"500km"``: each chunk conditions only on context within that
         great-circle distance.
@@ -203,14 +262,11 @@ def predict(
     -------
     xr.Dataset
         ``{variable}_mean`` and ``{variable}_std`` on the target coordinates (and
-        ``time``), with ``units``, ``long_name`` and provenance attributes.
+        ``time``), with ``units``, ``long_name`` and provenance attributes.  For a
+        forecast model: on ``init_time`` and ``lead_time`` (dimensions, or scalar
+        coordinates when ``time``/``lead_time`` are scalars), with the
+        ``valid_time = init_time + lead_time`` coordinate.
     """
-    if isinstance(getattr(model, "task", None), ForecastTasks):
-        raise ConfigError(
-            "this model was trained on forecast tasks; prediction for forecast models "
-            "(init_time/lead_time/valid_time) is not available yet — fit with spatial "
-            "tasks to interpolate."
-        )
     data = _as_dataset(data, "data")
     missing = [v for v in model.variables if v not in data.data_vars]
     if missing:
@@ -221,16 +277,23 @@ def predict(
     template = _template(targets, data)
     chunks = dict(chunks or template.attrs.pop("_xnp_chunks", {}) or {})
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
-    kwargs = {"radius_km": radius_km, "chunks": chunks, "memory_budget": memory_budget,
-              "progress": progress}  # fmt: skip
-
+    opts = _Options(radius_km, chunks, memory_budget, progress)
     layout = find_coords(data, model.variables[0], **_names(model))
+    task = getattr(model, "task", None)
+    task = task.task if isinstance(task, WindowTasks) else task
+    if isinstance(task, ForecastTasks):
+        return _forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
+    if lead_time is not None:
+        raise ConfigError(
+            "lead_time is for forecast models; this model interpolates at the context's "
+            "own time. Select times with `time=`."
+        )
     if layout.time is None or layout.time_dim is None:
-        return _one_time(model, data, template, **kwargs)
+        return _one_time(model, data, template, opts)
     data_t = data if time is None else data.sel({layout.time: time})
     tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
     if layout.time_dim not in data_t.dims:  # one time selected
-        return _one_time(model, data_t, _at_time(template, data_t, layout, tmpl_time), **kwargs)
+        return _one_time(model, data_t, _at_time(template, data_t, layout, tmpl_time), opts)
     results = []
     for i in range(data_t.sizes[layout.time_dim]):
         frame = data_t.isel({layout.time_dim: i})
@@ -240,8 +303,115 @@ def predict(
                 f"{frame[layout.time].values}; drop that time or choose another."
             )
         results.append(_one_time(model, frame, _at_time(template, frame, layout, tmpl_time),
-                                 **kwargs))  # fmt: skip
+                                 opts))  # fmt: skip
     return xr.concat(results, dim=layout.time_dim)
+
+
+def _lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:
+    """Lead times in hours (float64) and whether a scalar was given."""
+    scalar = np.ndim(lead_time) == 0 and not isinstance(lead_time, list | tuple)
+    values = [lead_time] if scalar else list(lead_time)
+    hours = []
+    for v in values:
+        if isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool):
+            hours.append(float(v))
+            continue
+        try:
+            hours.append(pd.to_timedelta(v).total_seconds() / 3600.0)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(
+                f"cannot read lead_time {v!r}; give hours as a number, a timedelta or a "
+                "string such as '6h'."
+            ) from err
+    hours = np.asarray(hours, np.float64)
+    if hours.size == 0 or not np.isfinite(hours).all():
+        raise ConfigError(f"lead_time must be finite hours; got {lead_time!r}.")
+    return hours, scalar
+
+
+def _add_hours(t: Any, hours: float) -> Any:
+    """``t + hours`` for a numpy datetime64 or a cftime datetime."""
+    if isinstance(t, np.datetime64):
+        return t.astype("datetime64[ns]") + np.timedelta64(round(hours * 3.6e12), "ns")
+    return t + datetime.timedelta(hours=hours)
+
+
+def _forecast(
+    model: Any,
+    data: xr.Dataset,
+    template: xr.Dataset,
+    task: ForecastTasks,
+    layout: Any,
+    opts: _Options,
+    *,
+    time: Any,
+    lead_time: Any,
+) -> xr.Dataset:
+    """Forecasts from each initialisation time: context frames up to it, targets ahead."""
+    if layout.time is None or layout.time_dim is None:
+        raise ConfigError(
+            "this model forecasts from past frames, but the context data has no time "
+            "dimension; give observations over time (the model needs "
+            f"{task.frames} frames {task.step:g} h apart)."
+        )
+    times = data[layout.time].values
+    hours = time_hours(times)
+    leads, scalar_lead = _lead_hours(task.lead if lead_time is None else lead_time)
+    if (leads > task.lead).any():
+        warnings.warn(
+            f"lead_time {leads.max():g} h is beyond the {task.lead:g} h the model was trained "
+            "for; its temporal attention extrapolates and the forecast may be poor.",
+            XnpWarning,
+            stacklevel=3,
+        )
+    frames = np.stack([match_hours(hours, hours + o) for o in task.offsets], axis=1)
+    scalar_init = time is not None and np.ndim(time) == 0
+    if time is None:
+        inits = np.flatnonzero((frames >= 0).all(axis=1))
+        if inits.size == 0:
+            raise EmptyDataError(
+                f"no time in the data has the {task.frames} context frames {task.step:g} h "
+                f"apart the model needs (the data has {hours.size} times)."
+            )
+    else:
+        wanted = np.atleast_1d(data[layout.time].sel({layout.time: time}).values)
+        inits = match_hours(hours, time_hours(wanted))
+        for i, t in zip(inits, wanted, strict=True):
+            if i < 0 or (frames[i] < 0).any():
+                raise EmptyDataError(
+                    f"cannot forecast from {t}: the model needs {task.frames} context frames "
+                    f"{task.step:g} h apart ending at it, and the data lacks some of them."
+                )
+    spatial = template.drop_dims([d for d in (layout.time_dim,) if d in template.dims]).drop_vars(
+        [layout.time], errors="ignore"
+    )
+    lead_index = pd.Index(pd.to_timedelta(leads, unit="h"), name="lead_time")
+    results = []
+    for i in inits:
+        window = data.isel({layout.time_dim: frames[i]})
+        if all(int(window[v].count()) == 0 for v in model.variables):
+            raise EmptyDataError(
+                f"no observation of {list(model.variables)} in the context frames ending "
+                f"at {times[i]}; choose another init time."
+            )
+        ctx = _context(model, window, opts, reference=float(hours[i]))
+        per_lead = []
+        for lead in leads:
+            tmpl = spatial.assign_coords({layout.time: _add_hours(times[i], float(lead))})
+            out = _run(ctx, tmpl, opts, t_target=float(lead))
+            per_lead.append(out.drop_vars(layout.time, errors="ignore"))
+        results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[times[i]]))
+    out = xr.concat(results, dim="init_time")
+    valid = np.array([[_add_hours(t, float(h)) for h in leads] for t in out.init_time.values])
+    out = out.assign_coords(valid_time=(("init_time", "lead_time"), valid))
+    out["init_time"].attrs.update(long_name="forecast initialisation time (last context frame)")
+    out["lead_time"].attrs.update(long_name="forecast lead time")
+    out["valid_time"].attrs.update(long_name="time the forecast is valid for")
+    if scalar_lead:
+        out = out.squeeze("lead_time")
+    if scalar_init:
+        out = out.squeeze("init_time")
+    return out
 
 
 def _at_time(template: xr.Dataset, frame: xr.Dataset, layout: Any, tmpl_time: Any) -> xr.Dataset:

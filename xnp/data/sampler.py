@@ -31,21 +31,13 @@ from xnp.data.covariates import interpolate_dem
 from xnp.data.normalise import Normaliser, check_same_units
 from xnp.data.points import PointSet, to_points
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
-from xnp.data.times import time_hours, validation_cut
+from xnp.data.times import match_hours, time_hours, validation_cut
 from xnp.errors import ConfigError, EmptyDataError
 
 __all__ = ["TaskSampler"]
 
 _DEM_COORD = "_xnp_dem_elevation"
-_TOLERANCE_HOURS = 1e-6
 Window = tuple[tuple[float, float], tuple[float, float]]
-
-
-def _match(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
-    """Index in the sorted ``axis`` of each of ``hours`` (-1 where absent)."""
-    i = np.clip(np.searchsorted(axis, hours - _TOLERANCE_HOURS), 0, max(axis.size - 1, 0))
-    found = np.abs(axis[i] - hours) <= _TOLERANCE_HOURS if axis.size else np.zeros(i.shape, bool)
-    return np.where(found, i, -1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -67,7 +59,7 @@ class _Source:
         """Index of the frame at ``hours`` (None if absent or without a time axis)."""
         if self.hours is None:
             return None
-        i = int(_match(self.hours, np.array([hours]))[0])
+        i = int(match_hours(self.hours, np.array([hours]))[0])
         return i if i >= 0 else None
 
     def read(self, frames: Sequence[int] | None, window: Window | None) -> PointSet | None:
@@ -292,8 +284,8 @@ class TaskSampler:
         self._allowed = np.arange(*span)
         if isinstance(self.inner_task, ForecastTasks):
             spec = self.inner_task
-            frames = np.stack([_match(hours, hours + o) for o in spec.offsets], axis=1)
-            target = _match(hours, hours + spec.lead)
+            frames = np.stack([match_hours(hours, hours + o) for o in spec.offsets], axis=1)
+            target = match_hours(hours, hours + spec.lead)
             ok = (frames >= 0).all(axis=1) & (target >= span[0]) & (target < span[1])
             self._anchors = list(zip(frames[ok], target[ok].tolist(), strict=True))
             if not self._anchors:

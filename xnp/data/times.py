@@ -14,7 +14,15 @@ import xarray as xr
 
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError
 
-__all__ = ["check_time_axis", "day_and_year_fractions", "time_hours", "validation_cut"]
+__all__ = [
+    "check_time_axis",
+    "day_and_year_fractions",
+    "match_hours",
+    "time_hours",
+    "validation_cut",
+]
+
+TOLERANCE_HOURS = 1e-6
 
 
 def time_hours(values: np.ndarray) -> np.ndarray:
@@ -39,6 +47,20 @@ def time_hours(values: np.ndarray) -> np.ndarray:
     calendar = values.flat[0].calendar
     hours = cftime.date2num(values.ravel(), "hours since 1970-01-01 00:00:00", calendar=calendar)
     return np.asarray(hours, np.float64).reshape(values.shape)
+
+
+def match_hours(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
+    """Index in the sorted ``axis`` (hours) of each of ``hours`` (-1 where absent).
+
+    Examples
+    --------
+    >>> match_hours(np.array([0.0, 6.0, 12.0]), np.array([6.0, 7.0, 12.0]))
+    array([ 1, -1,  2])
+    """
+    axis, hours = np.asarray(axis, np.float64), np.asarray(hours, np.float64)
+    i = np.clip(np.searchsorted(axis, hours - TOLERANCE_HOURS), 0, max(axis.size - 1, 0))
+    found = np.abs(axis[i] - hours) <= TOLERANCE_HOURS if axis.size else np.zeros(i.shape, bool)
+    return np.where(found, i, -1)
 
 
 def check_time_axis(hours: np.ndarray, name: str) -> None:
