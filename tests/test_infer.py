@@ -1,3 +1,5 @@
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,10 +10,13 @@ from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo import great_circle_distance
 from xnp.infer import (
     Predictor,
+    _cap,
     _morton_order,
+    _xyz,
     chunk_size_for_budget,
     parse_bytes,
     parse_distance_km,
+    regional_spans,
 )
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
@@ -67,8 +72,10 @@ def test_regional_chunks_see_every_context_point_within_radius(model, monkeypatc
     monkeypatch.setattr(pred, "condition", lambda c: (seen.append(c), original(c))[1])
     pred.predict(ctx, tgt, context_radius_km=radius)
     order = _morton_order(np.asarray(tgt.s[0, :, 0]), np.asarray(tgt.s[0, :, 1]))
-    for i, sub in enumerate(seen):
-        idx = order[i * 64 : (i + 1) * 64]
+    spans = regional_spans(_xyz(np.asarray(tgt.s[0])[order]), 64, radius)
+    assert len(spans) == len(seen)
+    for (start, stop), sub in zip(spans, seen, strict=True):
+        idx = order[start:stop]
         d = great_circle_distance(
             tgt.s[0, idx, 0][:, None],
             tgt.s[0, idx, 1][:, None],
@@ -125,3 +132,18 @@ def test_parsers():
         parse_distance_km("far")
     with pytest.raises(ConfigError, match="positive"):
         parse_distance_km(0.0)
+
+
+def test_regional_spans_are_compact_and_cover_everything():
+    rng = np.random.default_rng(0)
+    s = np.stack([rng.uniform(-80, 80, 5000), rng.uniform(-180, 180, 5000)], -1)
+    order = _morton_order(s[:, 0], s[:, 1])
+    xyz = _xyz(s[order])
+    spans = regional_spans(xyz, 4096, 500.0, min_size=32)
+    assert spans[0][0] == 0
+    assert spans[-1][1] == 5000
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    for start, stop in spans:
+        assert stop - start <= 4096
+        assert stop - start <= 32 or _cap(xyz[start:stop])[1] * 6371.0 <= 500.0
+    assert len(regional_spans(xyz, 4096, 1e5)) == 2  # a huge radius keeps the chunk size

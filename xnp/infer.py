@@ -9,10 +9,11 @@ Array-level (no xarray): :class:`Predictor` wraps a model that has the split API
   Targets are conditionally independent given the context, so the result equals
   one-shot prediction.
 * **Regional path.**  With ``context_radius_km``, targets are ordered along a
-  space-filling curve and each chunk is conditioned only on the context points
+  space-filling curve and cut into chunks no wider than the radius
+  (:func:`regional_spans`); each chunk is conditioned only on the context points
   within the radius of the chunk's bounding cap (scipy KD-tree on unit-sphere
-  xyz).  Context subsets are padded to power-of-two sizes, so the number of
-  compilations stays logarithmic in the context size.
+  xyz).  Context subsets and target chunks are padded to power-of-two sizes, so
+  the number of compilations stays logarithmic in the sizes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from xnp.errors import ConfigError, EmptyDataError, ShapeError
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.points import Points
 
-__all__ = ["Predictor", "chunk_size_for_budget", "parse_bytes", "parse_distance_km"]
+__all__ = [
+    "Predictor",
+    "chunk_size_for_budget",
+    "parse_bytes",
+    "parse_distance_km",
+    "regional_spans",
+]
 
 _UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -129,6 +136,43 @@ def _compiled(graphdef: nnx.GraphDef) -> tuple[Any, Any]:
     condition = jax.jit(lambda p, c: nnx.merge(graphdef, p).condition(c))
     predict = jax.jit(lambda p, st, t: nnx.merge(graphdef, p).predict(st, t))
     return condition, predict
+
+
+def _cap(xyz: np.ndarray) -> tuple[np.ndarray, float]:
+    """Centre (unit vector) and angular radius of a cap holding the points ``xyz``."""
+    centre = xyz.mean(0)
+    centre = centre / max(float(np.linalg.norm(centre)), 1e-12)
+    return centre, float(np.max(np.arccos(np.clip(xyz @ centre, -1.0, 1.0))))
+
+
+def regional_spans(
+    xyz: np.ndarray, chunk_size: int, radius_km: float, *, min_size: int = 256
+) -> list[tuple[int, int]]:
+    """Cut points sorted along a space-filling curve into spatially compact chunks.
+
+    Chunks of ``chunk_size`` are halved while their cap is wider than the
+    context radius (and they hold more than ``min_size`` points), so a chunk's
+    context (its cap widened by the radius) stays regional even when the
+    targets are sparse.
+
+    Examples
+    --------
+    >>> lat = np.linspace(50.0, 58.0, 1000)
+    >>> xyz = _xyz(np.stack([lat, np.zeros_like(lat)], -1))
+    >>> regional_spans(xyz, 1000, 300.0)  # 890 km of targets, halved once
+    [(0, 500), (500, 1000)]
+    """
+    limit = radius_km / EARTH_RADIUS_KM
+    todo = [(a, min(a + chunk_size, len(xyz))) for a in range(0, len(xyz), chunk_size)]
+    spans = []
+    while todo:
+        start, stop = todo.pop(0)
+        if stop - start > min_size and _cap(xyz[start:stop])[1] > limit:
+            middle = (start + stop) // 2
+            todo[:0] = [(start, middle), (middle, stop)]
+        else:
+            spans.append((start, stop))
+    return spans
 
 
 def _xyz(s: np.ndarray) -> np.ndarray:
@@ -236,14 +280,11 @@ class Predictor:
         order = _morton_order(tgt_s[:, 0], tgt_s[:, 1])
         mean = np.zeros((targets.size, targets.f.shape[-1]), np.float32)
         std = np.zeros_like(mean)
-        spans = list(self._chunks(targets.size))
-        size = self._padded_size(targets.size)
+        xyz_all = _xyz(tgt_s[order])
+        spans = regional_spans(xyz_all, self.chunk_size, radius_km)
         for start, stop in tqdm(spans, desc="predicting", disable=not self.progress):
             idx = order[start:stop]
-            xyz = _xyz(tgt_s[idx])
-            centre = xyz.mean(0)
-            centre /= max(np.linalg.norm(centre), 1e-12)
-            cap = float(np.max(np.arccos(np.clip(xyz @ centre, -1.0, 1.0))))
+            centre, cap = _cap(xyz_all[start:stop])
             angle = min(cap + radius_km / EARTH_RADIUS_KM, np.pi)
             near = valid[tree.query_ball_point(centre, 2.0 * np.sin(angle / 2.0) + 1e-9)]
             if near.size == 0:
@@ -254,6 +295,7 @@ class Predictor:
             sub = jax.tree.map(lambda a, near=near: jnp.asarray(a[None, np.sort(near)]), ctx)
             state = self.condition(sub)
             chunk = jax.tree.map(lambda a, idx=idx: a[:, idx], targets)
+            size = min(self.chunk_size, _bucket(idx.size, minimum=64))
             m, s = self._predict(self.params, state, _pad_points(chunk, size))
             mean[idx] = np.asarray(m[0, : idx.size])
             std[idx] = np.asarray(s[0, : idx.size])
