@@ -19,7 +19,15 @@ from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
 from xnp.points import Points
 
-__all__ = ["GPTasks", "gp_oracle", "rbf_kernel", "sample_gp_batch"]
+__all__ = [
+    "GPTasks",
+    "SphereFieldTasks",
+    "gp_oracle",
+    "matern_kernel",
+    "rbf_kernel",
+    "sample_gp_batch",
+    "sample_sphere_fields",
+]
 
 
 def rbf_kernel(a: jax.Array, b: jax.Array, lengthscale: jax.Array) -> jax.Array:
@@ -163,3 +171,157 @@ def gp_oracle(
         return mean[:, None], jnp.sqrt(var)[:, None]
 
     return jax.vmap(one)(context.s, context.f[..., 0], context.mask, targets.s, lengthscale)
+
+
+_KERNELS = ("matern12", "matern32", "matern52", "rbf")
+
+
+def matern_kernel(a: jax.Array, b: jax.Array, lengthscale: jax.Array, nu: str) -> jax.Array:
+    """Matérn (ν = 1/2, 3/2, 5/2) or RBF correlation between ``a`` ``[N, D]`` and ``b`` ``[M, D]``.
+
+    ``nu`` is one of ``"matern12"``, ``"matern32"``, ``"matern52"``, ``"rbf"``.
+
+    Examples
+    --------
+    >>> x = jnp.array([[0.0], [1.0]])
+    >>> matern_kernel(x, x, 1.0, "matern12")[0, 1].round(4)
+    Array(0.3679, dtype=float32)
+    """
+    d2 = jnp.sum((a[:, None, :] - b[None, :, :]) ** 2, axis=-1)
+    if nu == "rbf":
+        return jnp.exp(-0.5 * d2 / lengthscale**2)
+    r = jnp.sqrt(jnp.maximum(d2, 1e-20)) / lengthscale
+    if nu == "matern12":
+        return jnp.exp(-r)
+    if nu == "matern32":
+        return (1.0 + jnp.sqrt(3.0) * r) * jnp.exp(-jnp.sqrt(3.0) * r)
+    if nu == "matern52":
+        return (1.0 + jnp.sqrt(5.0) * r + 5.0 / 3.0 * r**2) * jnp.exp(-jnp.sqrt(5.0) * r)
+    raise ConfigError(f"unknown kernel {nu!r}; use one of {_KERNELS}.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SphereFieldTasks:
+    """Regional Gaussian-process fields on the sphere, for pretraining a zero-shot model.
+
+    Each task draws a spherical cap at a random place (radius log-uniform in
+    ``cap_km``), a kernel (Matérn 1/2, 3/2, 5/2 or RBF of the chord distance, all
+    positive definite on the sphere), a lengthscale (log-uniform in
+    ``lengthscale``, as a fraction of the cap radius), a noise standard
+    deviation (log-uniform in ``noise``, relative to a unit-variance field) and a
+    number of observations; context and targets are noisy observations of one
+    field at points uniform in the cap.  Values are standardised by the
+    context's own mean and standard deviation, as :func:`xnp.predict` does for a
+    zero-shot model, so the model learns on fields of any units.
+
+    Parameters
+    ----------
+    n_context : (int, int)
+        Inclusive range of context points per task (padded to the maximum).
+    n_target : int
+        Targets per task.
+    cap_km : (float, float)
+        Range of the cap radius in km.
+    lengthscale : (float, float)
+        Range of the lengthscale as a fraction of the cap radius.
+    noise : (float, float)
+        Range of the noise standard deviation.
+    kernels : tuple of str
+        Kernels drawn uniformly.
+
+    Examples
+    --------
+    >>> tasks = SphereFieldTasks(n_context=(8, 16), n_target=12)
+    >>> ctx, tgt, y = sample_sphere_fields(jax.random.key(0), tasks, batch_size=2)
+    >>> ctx.s.shape, tgt.s.shape, y.shape
+    ((2, 16, 2), (2, 12, 2), (2, 12, 1))
+    """
+
+    n_context: tuple[int, int] = (16, 256)
+    n_target: int = 256
+    cap_km: tuple[float, float] = (200.0, 4000.0)
+    lengthscale: tuple[float, float] = (0.05, 1.0)
+    noise: tuple[float, float] = (0.01, 0.3)
+    kernels: tuple[str, ...] = _KERNELS
+
+    def __post_init__(self) -> None:
+        lo, hi = self.n_context
+        if not 1 <= lo <= hi:
+            raise ConfigError(
+                f"n_context must be (lo, hi) with 1 ≤ lo ≤ hi; got {self.n_context}."
+            )
+        if self.n_target < 1:
+            raise ConfigError(f"n_target must be positive; got {self.n_target}.")
+        for name in ("cap_km", "lengthscale", "noise"):
+            a, b = getattr(self, name)
+            if not 0 < a <= b:
+                raise ConfigError(f"{name} must be (lo, hi) with 0 < lo ≤ hi; got {(a, b)}.")
+        if not self.kernels or any(k not in _KERNELS for k in self.kernels):
+            raise ConfigError(
+                f"kernels must be a non-empty subset of {_KERNELS}; got {self.kernels}."
+            )
+
+
+def _log_uniform(key: jax.Array, bounds: tuple[float, float]) -> jax.Array:
+    lo, hi = jnp.log(jnp.asarray(bounds, jnp.float32))
+    return jnp.exp(jax.random.uniform(key, (), minval=lo, maxval=hi))
+
+
+def _cap_points(key: jax.Array, n: int, radius: jax.Array) -> jax.Array:
+    """``n`` points uniform (by area) in a cap of angular ``radius`` at a random centre."""
+    k_c, k_r, k_a = jax.random.split(key, 3)
+    centre = jax.random.normal(k_c, (3,))
+    centre = centre / jnp.linalg.norm(centre)
+    cos_t = 1.0 - jax.random.uniform(k_r, (n,)) * (1.0 - jnp.cos(radius))
+    sin_t = jnp.sqrt(jnp.maximum(1.0 - cos_t**2, 0.0))
+    phi = jax.random.uniform(k_a, (n,), maxval=2 * jnp.pi)
+    helper = jnp.where(
+        jnp.abs(centre[2]) < 0.9, jnp.array([0.0, 0.0, 1.0]), jnp.array([1.0, 0.0, 0.0])
+    )
+    u = jnp.cross(centre, helper)
+    u = u / jnp.linalg.norm(u)
+    v = jnp.cross(centre, u)
+    ring = jnp.cos(phi)[:, None] * u[None, :] + jnp.sin(phi)[:, None] * v[None, :]
+    xyz = cos_t[:, None] * centre[None, :] + sin_t[:, None] * ring
+    lat = jnp.rad2deg(jnp.arcsin(jnp.clip(xyz[:, 2], -1.0, 1.0)))
+    lon = jnp.rad2deg(jnp.arctan2(xyz[:, 1], xyz[:, 0]))
+    return jnp.stack([lat, lon], axis=-1), xyz
+
+
+def _sphere_task(key: jax.Array, tasks: SphereFieldTasks):
+    k_cap, k_len, k_noise, k_kern, k_loc, k_f, k_eps, k_n = jax.random.split(key, 8)
+    n_max = tasks.n_context[1]
+    n = n_max + tasks.n_target
+    cap = _log_uniform(k_cap, tasks.cap_km) / EARTH_RADIUS_KM
+    ell = _log_uniform(k_len, tasks.lengthscale) * cap  # on the unit sphere
+    noise = _log_uniform(k_noise, tasks.noise)
+    s, xyz = _cap_points(k_loc, n, cap)
+    which = jax.random.randint(k_kern, (), 0, len(tasks.kernels))
+    cov = jnp.select(
+        [which == i for i in range(len(tasks.kernels))],
+        [matern_kernel(xyz, xyz, ell, k) for k in tasks.kernels],
+    )
+    f = jnp.linalg.cholesky(cov + 1e-4 * jnp.eye(n)) @ jax.random.normal(k_f, (n,))
+    y = f + noise * jax.random.normal(k_eps, (n,))
+    n_ctx = jax.random.randint(k_n, (), tasks.n_context[0], n_max + 1)
+    mask = jnp.arange(n_max) < n_ctx
+    w = mask.astype(y.dtype)
+    mean = jnp.sum(y[:n_max] * w) / n_ctx
+    std = jnp.sqrt(jnp.sum(((y[:n_max] - mean) * w) ** 2) / n_ctx)
+    z = (y - mean) / jnp.maximum(std, 1e-3)
+    return s[:n_max], z[:n_max], mask, s[n_max:], z[n_max:]
+
+
+def sample_sphere_fields(
+    key: jax.Array, tasks: SphereFieldTasks, *, batch_size: int = 8
+) -> tuple[Points, Points, jax.Array]:
+    """Sample a batch of :class:`SphereFieldTasks`: ``(context, targets, target values)``.
+
+    Jittable (``tasks`` and ``batch_size`` static); the context is padded to
+    ``tasks.n_context[1]`` with a mask.
+    """
+    s_c, y_c, mask_c, s_t, y_t = jax.vmap(lambda k: _sphere_task(k, tasks))(
+        jax.random.split(key, batch_size)
+    )
+    context = Points.from_arrays(s=s_c, f=y_c[..., None], mask=mask_c)
+    return context, Points.from_arrays(s=s_t), y_t[..., None]

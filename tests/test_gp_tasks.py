@@ -1,0 +1,51 @@
+"""Synthetic GP tasks for pretraining: regional fields on the sphere."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
+from xnp.errors import ConfigError
+from xnp.geo import great_circle_distance
+
+
+@pytest.fixture(scope="module")
+def batch():
+    tasks = SphereFieldTasks(n_context=(20, 40), n_target=30, cap_km=(300.0, 300.0))
+    return sample_sphere_fields(jax.random.key(1), tasks, batch_size=6)
+
+
+def test_points_lie_in_a_cap_of_the_drawn_radius(batch):
+    ctx, tgt, _ = batch
+    for b in range(6):
+        s = np.concatenate([np.asarray(ctx.s[b]), np.asarray(tgt.s[b])])
+        d = great_circle_distance(s[:, None, 0], s[:, None, 1], s[None, :, 0], s[None, :, 1])
+        assert float(jnp.max(d)) <= 2 * 300.0 + 1.0  # diameter of the cap
+        assert float(jnp.max(d)) > 300.0  # and it is filled, not a point
+
+
+def test_context_is_standardised_by_its_own_statistics(batch):
+    ctx, _, y = batch
+    f, m = np.asarray(ctx.f[..., 0]), np.asarray(ctx.mask)
+    assert (m.sum(1) >= 20).all()
+    assert (m.sum(1) <= 40).all()
+    for b in range(6):
+        np.testing.assert_allclose(f[b][m[b]].mean(), 0.0, atol=1e-4)
+        np.testing.assert_allclose(f[b][m[b]].std(), 1.0, atol=1e-3)
+    assert np.isfinite(np.asarray(y)).all()
+
+
+def test_kernels_are_correlations_and_positive_definite():
+    x = jax.random.normal(jax.random.key(0), (50, 3))
+    x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+    for nu in ("matern12", "matern32", "matern52", "rbf"):
+        k = matern_kernel(x, x, 0.5, nu)
+        np.testing.assert_allclose(np.diag(k), 1.0, atol=1e-5)
+        assert float(jnp.linalg.eigvalsh(k).min()) > -1e-4
+    with pytest.raises(ConfigError, match="unknown kernel"):
+        matern_kernel(x, x, 1.0, "cubic")
+    with pytest.raises(ConfigError, match="kernels"):
+        SphereFieldTasks(kernels=("cubic",))
+    with pytest.raises(ConfigError, match="cap_km"):
+        SphereFieldTasks(cap_km=(0.0, 10.0))
