@@ -8,6 +8,7 @@ from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
 from xnp.estimator import NeuralProcess
+from xnp.estimator import load as xnp_load
 from xnp.models.config import BSATNPConfig
 from xnp.prediction import predict
 
@@ -229,3 +230,32 @@ def test_forecast_errors(forecaster):
         predict(forecaster, data, time=data.time.values[1], lead_time="soon")
     with pytest.warns(XnpWarning, match="beyond"):
         predict(forecaster, data, grid(3, 3), time=data.time.values[1], lead_time=24)
+
+
+def test_zero_shot_model_predicts_any_variable_in_its_units(model, data):
+    zero_shot = NeuralProcess.init(
+        model.config, Normaliser.fit(data, "t2m"), ["value"], normalise="context", seed=2
+    )
+    t0 = data.time.values[0]
+    kelvin = predict(zero_shot, data["t2m"], grid(4, 5), time=t0)
+    assert set(kelvin.data_vars) == {"t2m_mean", "t2m_std"}
+    assert kelvin["t2m_mean"].attrs["units"] == "K"
+    # standardised by the context itself: equivariant to affine changes of units
+    fahrenheit = (data["t2m"] - 273.15) * 1.8 + 32.0
+    fahrenheit = fahrenheit.assign_attrs(units="degF").rename("tf")
+    out = predict(zero_shot, fahrenheit, grid(4, 5), time=t0)
+    np.testing.assert_allclose(out["tf_mean"], (kelvin["t2m_mean"] - 273.15) * 1.8 + 32.0,
+                               rtol=1e-5, atol=1e-3)  # fmt: skip
+    np.testing.assert_allclose(out["tf_std"], kelvin["t2m_std"] * 1.8, rtol=1e-4)
+    assert out["tf_std"].attrs["units"] == "degF"
+    with pytest.raises(ConfigError, match="zero-shot"):
+        predict(zero_shot, data.assign(other=data["t2m"]), time=t0)
+    assert "zero-shot" in repr(zero_shot)
+
+
+def test_zero_shot_flag_survives_save_and_load(model, tmp_path):
+    zero_shot = NeuralProcess.init(model.config, model.normaliser, ["v"], normalise="context")
+    assert xnp_load(zero_shot.save(tmp_path / "m")).normalise == "context"
+    assert xnp_load(model.save(tmp_path / "f")).normalise == "fitted"
+    with pytest.raises(ConfigError, match="normalise"):
+        NeuralProcess.init(model.config, model.normaliser, ["v"], normalise="sometimes")

@@ -17,6 +17,7 @@ and raises :class:`~xnp.errors.CheckpointError` with the reason otherwise.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -170,6 +171,12 @@ class NeuralProcess:
         Training history (see :func:`history_dataset`).
     training : mapping, optional
         How it was trained (steps, batch size, learning rate, seed, ...).
+    normalise : {"fitted", "context"}
+        ``"fitted"``: values are normalised with the statistics of the training
+        data (:attr:`normaliser`).  ``"context"``: a zero-shot model (e.g. a
+        pretrained one, :func:`xnp.pretrained`) that standardises each context set
+        by its own mean and standard deviation at prediction time and predicts
+        whichever single variable it is given, in that variable's units.
 
     Attributes
     ----------
@@ -204,7 +211,11 @@ class NeuralProcess:
         task: SpatialTasks | ForecastTasks | WindowTasks | None = None,
         history: xr.Dataset | None = None,
         training: Mapping[str, Any] | None = None,
+        normalise: str = "fitted",
     ) -> None:
+        if normalise not in ("fitted", "context"):
+            raise ConfigError(f"normalise must be 'fitted' or 'context'; got {normalise!r}.")
+        self.normalise = normalise
         self.config = config
         self.params_ = params
         self.normaliser = normaliser
@@ -263,6 +274,17 @@ class NeuralProcess:
 
         return predict(self, context, targets, **kwargs)
 
+    def with_normaliser(self, normaliser: Normaliser, variables: Sequence[str]) -> NeuralProcess:
+        """The same model (parameters shared) with other statistics and variable names.
+
+        Used for zero-shot prediction: the statistics of one context set replace
+        the fitted ones.
+        """
+        other = copy.copy(self)
+        other.normaliser = normaliser
+        other.variables = tuple(variables)
+        return other
+
     def denormalise(
         self, mean: jax.Array | np.ndarray, std: jax.Array | np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -305,6 +327,7 @@ class NeuralProcess:
             "coords": self.coords,
             "task": None if self.task is None else task_to_dict(self.task),
             "training": self.training,
+            "normalise": self.normalise,
         }
 
     def write_files(self, directory: Path, extra: Mapping[str, Any] | None = None) -> None:
@@ -373,7 +396,8 @@ class NeuralProcess:
 
     def __repr__(self) -> str:
         kind = config_to_dict(self.config)["kind"]
-        units = {v: self.normaliser.stats[v].units for v in self.variables}
+        stats = self.normaliser.stats
+        units = {v: stats[v].units if v in stats else None for v in self.variables}
         names = ", ".join(f"{v} [{u}]" if u else v for v, u in units.items())
         lines = [
             f"<xnp.NeuralProcess {kind}: {self.num_params:,} parameters>",
@@ -381,6 +405,8 @@ class NeuralProcess:
             f"  covariates:  {', '.join(self.covariates) or 'none'}",
             f"  tasks:       {self.task!r}",
         ]
+        if self.normalise == "context":
+            lines.append("  normalise:   by each context set (zero-shot, any variable)")
         t = self.training
         if t:
             lines.append(
@@ -486,4 +512,5 @@ def load(path: str | os.PathLike) -> NeuralProcess:
         task=task,
         history=history,
         training=meta.get("training"),
+        normalise=meta.get("normalise", "fitted"),
     )

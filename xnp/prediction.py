@@ -38,6 +38,7 @@ import pandas as pd
 import xarray as xr
 
 from xnp.data.coords import find_coords
+from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
@@ -178,9 +179,20 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     the model's ``t`` (forecast context frames); otherwise ``t = 0``.
     """
     variables = list(model.variables)
+    zero_shot = model.normalise == "context"
     for v in variables:
-        model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
+        if not zero_shot:
+            model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
     ps = to_points(data, variables, covariates=model.covariates, **_names(model))
+    if zero_shot:  # standardise by this context set's own statistics, as in pretraining
+        stats = {}
+        for j, v in enumerate(variables):
+            f = ps.f[:, j][np.isfinite(ps.f[:, j])]
+            std = float(f.std()) if f.size > 1 else 0.0
+            attrs = data[v].attrs
+            stats[v] = Stats(float(f.mean()), std if std > 0 else 1.0,
+                             attrs.get("units"), attrs.get("long_name"))  # fmt: skip
+        model = model.with_normaliser(Normaliser(stats), variables)
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}
@@ -268,6 +280,8 @@ def predict(
         ``valid_time = init_time + lead_time`` coordinate.
     """
     data = _as_dataset(data, "data")
+    if getattr(model, "normalise", "fitted") == "context":
+        model = _zero_shot_variable(model, data)
     missing = [v for v in model.variables if v not in data.data_vars]
     if missing:
         raise ConfigError(
@@ -305,6 +319,20 @@ def predict(
         results.append(_one_time(model, frame, _at_time(template, frame, layout, tmpl_time),
                                  opts))  # fmt: skip
     return xr.concat(results, dim=layout.time_dim)
+
+
+def _zero_shot_variable(model: Any, data: xr.Dataset) -> Any:
+    """A zero-shot model renamed to predict the one variable of ``data``."""
+    names = list(data.data_vars)
+    if len(model.variables) == 1 and len(names) == 1:
+        return model.with_normaliser(model.normaliser, names)
+    if all(v in names for v in model.variables):
+        return model
+    raise ConfigError(
+        f"this zero-shot model predicts {len(model.variables)} variable(s) and takes them "
+        f"from the context, which holds {names}; pass a DataArray or a Dataset with just "
+        "the variable to predict, e.g. ds[['t2m']]."
+    )
 
 
 def _lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:

@@ -308,20 +308,29 @@ def _sphere_task(key: jax.Array, tasks: SphereFieldTasks):
     w = mask.astype(y.dtype)
     mean = jnp.sum(y[:n_max] * w) / n_ctx
     std = jnp.sqrt(jnp.sum(((y[:n_max] - mean) * w) ** 2) / n_ctx)
-    z = (y - mean) / jnp.maximum(std, 1e-3)
-    return s[:n_max], z[:n_max], mask, s[n_max:], z[n_max:]
+    scale = jnp.maximum(std, 1e-3)
+    z = (y - mean) / scale
+    params = {"kernel": which, "lengthscale": ell, "noise": noise, "mean": mean, "scale": scale,
+              "cap": cap, "f_target": (f[n_max:] - mean) / scale}  # fmt: skip
+    return s[:n_max], z[:n_max], mask, s[n_max:], z[n_max:], params
 
 
 def sample_sphere_fields(
-    key: jax.Array, tasks: SphereFieldTasks, *, batch_size: int = 8
-) -> tuple[Points, Points, jax.Array]:
+    key: jax.Array, tasks: SphereFieldTasks, *, batch_size: int = 8, return_params: bool = False
+) -> tuple[Points, Points, jax.Array] | tuple[Points, Points, jax.Array, dict]:
     """Sample a batch of :class:`SphereFieldTasks`: ``(context, targets, target values)``.
 
-    Jittable (``tasks`` and ``batch_size`` static); the context is padded to
-    ``tasks.n_context[1]`` with a mask.
+    Target values are noisy observations, standardised like the context.  With
+    ``return_params``, a dict of per-task arrays comes fourth: ``kernel`` (index
+    into ``tasks.kernels``), ``lengthscale`` and ``cap`` (radians), ``noise`` (of
+    the unit-variance field), the standardisation ``mean`` and ``scale``, and
+    ``f_target`` (the standardised noiseless field at the targets), for an
+    exact-GP oracle.  Jittable (``tasks``, ``batch_size`` and ``return_params``
+    static); the context is padded to ``tasks.n_context[1]`` with a mask.
     """
-    s_c, y_c, mask_c, s_t, y_t = jax.vmap(lambda k: _sphere_task(k, tasks))(
+    s_c, y_c, mask_c, s_t, y_t, params = jax.vmap(lambda k: _sphere_task(k, tasks))(
         jax.random.split(key, batch_size)
     )
     context = Points.from_arrays(s=s_c, f=y_c[..., None], mask=mask_c)
-    return context, Points.from_arrays(s=s_t), y_t[..., None]
+    out = (context, Points.from_arrays(s=s_t), y_t[..., None])
+    return (*out, params) if return_params else out
