@@ -49,3 +49,27 @@ def test_kernels_are_correlations_and_positive_definite():
         SphereFieldTasks(kernels=("cubic",))
     with pytest.raises(ConfigError, match="cap_km"):
         SphereFieldTasks(cap_km=(0.0, 10.0))
+
+
+@pytest.mark.parametrize("kernel", ["matern12", "matern32", "rbf"])
+def test_fourier_fields_have_the_kernel_covariance(kernel):
+    from xnp.data.gp import _fourier_field
+
+    tasks = SphereFieldTasks(kernels=(kernel,), method="fourier", n_features=256)
+    x = jax.random.normal(jax.random.key(3), (12, 3))
+    x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+    ell = jnp.float32(0.6)
+    draw = jax.jit(jax.vmap(lambda k: _fourier_field(k, x, ell, jnp.int32(0), tasks)))
+    f = draw(jax.random.split(jax.random.key(4), 20_000))
+    empirical = f.T @ f / f.shape[0]
+    np.testing.assert_allclose(empirical, matern_kernel(x, x, ell, kernel), atol=0.05)
+
+
+def test_fourier_tasks_sample_like_cholesky_tasks():
+    fourier = SphereFieldTasks(n_context=(8, 16), n_target=12, method="fourier", n_features=64)
+    ctx, tgt, y = sample_sphere_fields(jax.random.key(0), fourier, batch_size=2)
+    assert ctx.s.shape == (2, 16, 2)
+    assert tgt.s.shape == (2, 12, 2)
+    assert np.isfinite(np.asarray(y)).all()
+    with pytest.raises(ConfigError, match="method"):
+        SphereFieldTasks(method="spectral")
