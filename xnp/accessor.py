@@ -50,6 +50,31 @@ class _NPAccessor:
             progress=progress,
         )  # fmt: skip
 
+    def evaluate(
+        self,
+        pred: xr.Dataset,
+        *,
+        variables: str | Sequence[str] | None = None,
+        dim: str | Sequence[str] | None = None,
+    ) -> xr.Dataset:
+        """Score the predictions ``pred`` against this object, the truth.
+
+        See :func:`xnp.evaluate.evaluate`: RMSE, MAE, CRPS, NLL, interval coverage
+        and the number of points, as ``{variable}_{metric}``, averaged over ``dim``
+        (default all dimensions).
+
+        Examples
+        --------
+        >>> import xarray as xr
+        >>> truth = xr.Dataset({"t": ("x", [1.0, 3.0])})
+        >>> pred = xr.Dataset({"t_mean": ("x", [1.0, 2.0]), "t_std": ("x", [1.0, 1.0])})
+        >>> float(truth.np.evaluate(pred).t_mae)
+        0.5
+        """
+        from xnp.evaluate import evaluate
+
+        return evaluate(pred, self._obj, variables=variables, dim=dim)
+
 
 @xr.register_dataset_accessor("np")
 class NPDatasetAccessor(_NPAccessor):

@@ -15,6 +15,7 @@ __all__ = [
     "DimensionError",
     "EmptyDataError",
     "IncompatibleUnitsError",
+    "MissingDependencyError",
     "ShapeError",
     "VariableNotFoundError",
     "XnpError",
@@ -62,6 +63,14 @@ class IncompatibleUnitsError(XnpError, ValueError):
 
 class CheckpointError(XnpError, OSError):
     """A saved model or training checkpoint is missing, corrupted or incompatible."""
+
+
+class MissingDependencyError(ConfigError, ImportError):
+    """An optional dependency a feature needs (matplotlib, pykrige, ...) is not installed.
+
+    Both an :class:`XnpError` and an :class:`ImportError`; the message names the
+    extra to install (e.g. ``pip install 'xnp[plot]'``).
+    """
 
 
 class XnpWarning(UserWarning):

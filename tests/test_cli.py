@@ -1,0 +1,225 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import xnp
+from xnp.cli import format_table, main, parse_chunks, write_dataset
+
+PNG = b"\x89PNG\r\n\x1a\n"
+COMMANDS = ("demo", "fit", "predict", "evaluate")
+
+
+def run(capsys, *argv):
+    """Run ``xnp argv`` in-process; return the exit status, stdout and stderr."""
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def printed_paths(out):
+    """The ``name: path`` lines the commands print."""
+    return dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+
+
+def open_zarr(path):
+    return xr.open_zarr(path, consolidated=False)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A tiny gridded dataset with time, written to netCDF, and a target grid."""
+    root = tmp_path_factory.mktemp("cli")
+    data = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=6, lat_range=(30.0, 60.0),
+                                  lon_range=(-20.0, 40.0), seed=3)  # fmt: skip
+    data.to_netcdf(root / "data.nc")
+    grid = xr.Dataset(coords={"lat": np.linspace(32.0, 58.0, 5), "lon": np.linspace(-15, 35, 6)})
+    grid.to_netcdf(root / "grid.nc")
+    return root
+
+
+@pytest.fixture(scope="module")
+def fitted(files):
+    # an odd batch size trains on one device: no cross-device collectives in tests;
+    # no validation: the demo test covers it, and each compiled step costs seconds
+    status = main(["fit", str(files / "data.nc"), "field", "--out", str(files / "model"),
+                   "--model", "bsa-tnp-tiny", "--steps", "2", "--batch-size", "3",
+                   "--max-points", "32", "--validation", "0", "--no-progress",
+                   "--quiet"])  # fmt: skip
+    assert status == 0
+    return files / "model"
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_of_every_command(capsys, command):
+    status, out, _ = run(capsys, *([command] if command else []), "--help")
+    assert status == 0
+    assert "exit status:" in out
+    assert "--quiet" in out
+    if command == "predict":
+        for option in ("--time", "--context-radius", "--chunks", "--memory-budget", "--format"):
+            assert option in out
+        assert "(default: 1GiB)" in out
+    if command == "fit":
+        assert "(default: 2000)" in out
+        assert "bsa-tnp-tiny" in out
+
+
+def test_python_dash_m_xnp():
+    done = subprocess.run([sys.executable, "-m", "xnp", "--help"], capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert all(c in done.stdout for c in COMMANDS)
+
+
+def test_version(capsys):
+    status, out, _ = run(capsys, "--version")
+    assert status == 0
+    assert out.strip() == f"xnp {xnp.__version__}"
+
+
+def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
+    status, out, err = run(capsys, "demo", "--out", tmp_path / "demo", "--steps", "2",
+                           "--resolution", "30", "--context-points", "40",
+                           "--no-progress")  # fmt: skip
+    assert status == 0, err
+    paths = {k: v.strip() for k, v in printed_paths(out).items()}
+    assert set(paths) == {"model", "prediction", "plot"}
+    assert xnp.load(paths["model"]).variables == ("field",)
+    pred = open_zarr(paths["prediction"])
+    assert pred["field_mean"].dims == ("lat", "lon")
+    assert pred["field_std"].attrs["units"] == "K"
+    assert np.isfinite(pred["field_mean"].values).all()
+    assert (pred["field_std"].values > 0).all()
+    assert "time" in pred.coords  # the held-out time the context was taken from
+    with open(paths["plot"], "rb") as fh:
+        assert fh.read(8) == PNG
+    assert "xnp: fitting bsa-tnp-tiny for 2 steps" in err
+    assert "held-out field: RMSE" in err
+
+
+def test_fit_predict_evaluate_round_trip(capsys, files, fitted):
+    model = xnp.load(fitted)
+    assert model.variables == ("field",)
+    assert model.training["steps"] == 2
+
+    # gridded targets from a file, one time, lazy over explicit chunks, to zarr
+    status, out, err = run(capsys, "predict", fitted, files / "data.nc", files / "grid.nc",
+                           "--out", files / "grid-pred.zarr", "--time", "2000-01-02T00:00",
+                           "--chunks", "lat=2,lon=4", "--context-radius", "3000km",
+                           "--no-progress")  # fmt: skip
+    assert status == 0, err
+    pred = open_zarr(files / "grid-pred.zarr")
+    assert pred["field_mean"].dims == ("lat", "lon")
+    assert pred["field_mean"].encoding["chunks"] == (2, 4)
+    assert str(pred.time.values)[:16] == "2000-01-02T00:00"
+    assert np.isfinite(pred["field_std"].values).all()
+
+    # gap filling over a time range (default chunks), to netCDF
+    status, out, err = run(capsys, "predict", fitted, files / "data.nc", "--out",
+                           files / "fill.nc", "--time", "2000-01-01T12:00..2000-01-01T18:00",
+                           "--no-progress")  # fmt: skip
+    assert status == 0, err
+    assert printed_paths(out)["prediction"].strip() == str(files / "fill.nc")
+    with xr.open_dataset(files / "fill.nc") as fill:
+        assert fill["field_mean"].sizes == {"time": 2, "lat": 6, "lon": 12}
+        assert "xnp_version" in fill.attrs
+    assert not list(files.glob(".fill.nc.tmp-*"))  # written atomically: no leftovers
+
+    # an existing output is kept unless --overwrite
+    status, _, err = run(capsys, "predict", fitted, files / "data.nc", "--out", files / "fill.nc")
+    assert status == 1
+    assert "pass --overwrite" in err
+
+    # the demo on a file, with the saved model, quietly, as netCDF
+    status, out, err = run(capsys, "demo", "--data", files / "data.nc", "--variable", "field",
+                           "--model", fitted, "--out", files / "demo", "--resolution", "10",
+                           "--format", "netcdf", "--quiet")  # fmt: skip
+    assert status == 0, err
+    assert err == ""
+    paths = {k: v.strip() for k, v in printed_paths(out).items()}
+    assert paths == {"model": str(fitted), "prediction": str(files / "demo" / "prediction.nc"),
+                     "plot": str(files / "demo" / "prediction.png")}  # fmt: skip
+    with xr.open_dataset(paths["prediction"]) as regional:  # a grid over the data's region
+        assert [regional.lon.values[i] for i in (0, -1)] == [-17.5, 37.5]
+        assert [regional.lat.values[i] for i in (0, -1)] == [32.5, 57.5]
+        assert np.isfinite(regional["field_mean"].values).all()
+
+    pytest.importorskip("xnp.evaluate")
+    status, out, err = run(capsys, "evaluate", files / "fill.nc", files / "data.nc",
+                           "--out", files / "scores.nc")  # fmt: skip
+    assert status == 0, err
+    assert "field_rmse" in out
+    assert "field_crps" in out
+    with xr.open_dataset(files / "scores.nc") as scores:
+        assert int(scores["field_n"]) == 2 * 6 * 12
+    status, out, err = run(capsys, "evaluate", files / "fill.nc", files / "data.nc",
+                           "--dim", "lat,lon")  # fmt: skip
+    assert status == 0, err
+    assert "time" in out.splitlines()[1]  # a table with one row per time
+
+
+def test_clear_errors_without_traceback(capsys, files, fitted, tmp_path):
+    def fails(status_expected, *argv, match):
+        status, _, err = run(capsys, *argv)
+        assert status == status_expected, err
+        assert match in err
+        assert "Traceback" not in err
+        return err
+
+    err = fails(1, "fit", tmp_path / "missing.nc", "t2m", "--out", tmp_path / "m",
+                match="data file not found")  # fmt: skip
+    assert err.startswith("xnp: error:")
+    assert "missing.nc" in err
+    fails(1, "fit", files / "data.nc", "t2m", "--out", tmp_path / "m",
+          match="the data has no variable 't2m'; it holds 'field'")  # fmt: skip
+    fails(1, "predict", tmp_path / "no-model", files / "data.nc", "--out", tmp_path / "p.nc",
+          match="xnp: error:")  # fmt: skip
+    (tmp_path / "junk.nc").write_text("not a netCDF file")
+    fails(1, "predict", fitted, tmp_path / "junk.nc", "--out", tmp_path / "p.nc",
+          match="cannot read the context")  # fmt: skip
+    fails(1, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
+          "--chunks", "station=4", match="not dimensions of the targets")  # fmt: skip
+
+    # usage errors: exit status 2
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--steps", "0",
+          match="expected a positive integer")  # fmt: skip
+    fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
+          "--chunks", "lat:4", match="DIM=SIZE")  # fmt: skip
+    fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.txt",
+          match="cannot tell the output format")  # fmt: skip
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--resume",
+          match="--resume needs --checkpoint-dir")  # fmt: skip
+    fails(2, "demo", "--data", files / "data.nc", "--out", tmp_path / "d",
+          match="--data needs --variable")  # fmt: skip
+    fails(2, "frobnicate", match="invalid choice")
+    assert not (tmp_path / "m").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "fit", str(tmp_path / "missing.nc"), "v", "--out", str(tmp_path / "m")])
+
+
+def test_write_dataset_replaces_atomically(tmp_path):
+    ds = xr.Dataset({"a": ("x", np.arange(4.0))}).chunk(x=2)
+    path = write_dataset(ds, tmp_path / "a.zarr")
+    with pytest.raises(FileExistsError):
+        write_dataset(ds, path)
+    write_dataset(ds + 1, path, overwrite=True)
+    assert open_zarr(path).a.values.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr"]
+
+
+def test_format_table_and_chunks():
+    scores = xr.Dataset(
+        {"t2m_rmse": ("time", [1.0, 2.5], {"units": "K"}), "t2m_n": ((), 10)},
+        coords={"time": [0, 1]},
+    )
+    lines = format_table(scores).splitlines()
+    assert lines[0] == "t2m_n  10"
+    assert lines[2].split() == ["t2m_rmse"]
+    assert lines[4].split() == ["0", "1"]
+    assert parse_chunks("lat=8") == {"lat": 8}

@@ -1,0 +1,202 @@
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from strategies import curvilinear_dataset, grid_dataset, station_dataset
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from xnp import plot  # noqa: E402
+from xnp.data.normalise import Normaliser, Stats  # noqa: E402
+from xnp.data.points import predictions_to_xarray, to_points  # noqa: E402
+from xnp.errors import DimensionError, VariableNotFoundError, XnpError  # noqa: E402
+from xnp.estimator import NeuralProcess, history_dataset, params_template  # noqa: E402
+from xnp.models.config import BSATNPConfig  # noqa: E402
+from xnp.plot import (  # noqa: E402
+    MissingDependencyError,
+    plot_history,
+    plot_prediction,
+    plot_stations,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def render(fig, path):
+    fig.savefig(path, dpi=40)
+    assert path.read_bytes()[:8] == PNG
+    return fig
+
+
+def titles(fig):
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+def colorbar_labels(fig):
+    return [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def fake_prediction(template, time):
+    """What ``predict`` returns at the points of ``template`` (smooth made-up values)."""
+    ps = to_points(template)
+    mean = 280.0 + 3.0 * np.sin(np.radians(8 * ps.lat) + np.radians(5 * ps.lon))
+    std = 0.5 + 0.1 * np.abs(ps.lon)
+    attrs = {"t2m": {"units": "K", "long_name": "2 m temperature"}}
+    pred = predictions_to_xarray(ps, mean[:, None], std[:, None], ["t2m"], attrs=attrs)
+    return pred.assign_coords(time=time)
+
+
+@pytest.fixture(scope="module")
+def obs():
+    return grid_dataset(nt=2, ny=6, nx=7, nan_fraction=0.3)
+
+
+@pytest.fixture(scope="module")
+def gridded(obs):
+    grid = xr.Dataset(
+        coords={"lat": np.linspace(49.5, 54.5, 9), "lon": np.linspace(-3.5, 2.5, 11)}
+    )
+    return fake_prediction(grid, obs.time.values[1])
+
+
+@pytest.fixture(scope="module")
+def stations(obs):
+    targets = station_dataset(n_stations=9).drop_vars("t2m").isel(time=0, drop=True)
+    return fake_prediction(targets, obs.time.values[0])
+
+
+def test_gridded_prediction_with_and_without_context(gridded, obs, tmp_path):
+    fig = render(plot_prediction(gridded, coastlines=False), tmp_path / "grid.png")
+    assert isinstance(fig, Figure)
+    assert titles(fig) == ["Predictive mean", "Predictive standard deviation"]
+    assert colorbar_labels(fig) == ["2 m temperature [K]", "standard deviation [K]"]
+    assert fig.get_suptitle().startswith("2 m temperature at 2019-03-01 06:00")
+    assert fig.axes[0].get_xlabel() == "longitude (°E)"
+
+    # the context has two times: the prediction's own is picked
+    fig = render(plot_prediction(gridded, "t2m", context=obs, coastlines=False),
+                 tmp_path / "grid-context.png")  # fmt: skip
+    n_obs = int(obs.t2m.isel(time=1).count())
+    assert titles(fig)[0] == f"Context ({n_obs} observations)"
+    assert len(titles(fig)) == 3
+    assert len(colorbar_labels(fig)) == 3
+    # context and mean share one colour scale
+    context_artist = fig.axes[0].collections[0]
+    mean_artist = fig.axes[1].collections[0]
+    assert context_artist.get_clim() == mean_artist.get_clim()
+
+
+def test_station_prediction_with_and_without_context(stations, obs, tmp_path):
+    fig = render(plot_prediction(stations, coastlines=False), tmp_path / "st.png")
+    assert titles(fig) == ["Predictive mean", "Predictive standard deviation"]
+    # scattered targets are drawn as points, one per station
+    assert fig.axes[0].collections[0].get_offsets().shape == (9, 2)
+    context = station_dataset(n_stations=5, nt=1).isel(time=0)
+    fig = render(plot_prediction(stations, context=context["t2m"], coastlines=False),
+                 tmp_path / "st-context.png")  # fmt: skip
+    assert titles(fig)[0] == "Context (5 observations)"
+
+
+def test_curvilinear_and_several_times(tmp_path):
+    curvi = curvilinear_dataset()
+    pred = xr.Dataset(
+        {"sst_mean": (("y", "x"), curvi.sst.values, {"units": "degC"}),
+         "sst_std": (("y", "x"), np.ones((4, 5)), {"units": "degC"})},
+        coords=curvi.coords,
+    )  # fmt: skip
+    render(plot_prediction(pred, coastlines=False), tmp_path / "curvi.png")
+
+    times = np.array(["2020-01-01T00", "2020-01-01T06"], dtype="datetime64[ns]")
+    both = xr.concat([pred, pred + 1], dim=xr.DataArray(times, dims="time", name="time"))
+    with pytest.raises(DimensionError, match="2 times; choose one with time="):
+        plot_prediction(both, coastlines=False)
+    fig = plot_prediction(both, time="2020-01-01T06", coastlines=False)
+    assert fig.get_suptitle().endswith("2020-01-01 06:00")
+    with pytest.raises(XnpError, match="not among"):
+        plot_prediction(both, time="2021-01-01", coastlines=False)
+
+
+def test_clear_errors(gridded, obs, monkeypatch):
+    with pytest.raises(VariableNotFoundError, match="no u10_mean"):
+        plot_prediction(gridded, "u10")
+    with pytest.raises(VariableNotFoundError, match="context has no variable 't2m'"):
+        plot_prediction(gridded, context=obs.rename(t2m="temp"), coastlines=False)
+    with pytest.raises(XnpError, match="Dataset that predict returns"):
+        plot_prediction(gridded["t2m_mean"])
+    member = gridded.expand_dims(member=2)
+    with pytest.raises(DimensionError, match=r"\['member'\]"):
+        plot_prediction(member, coastlines=False)
+
+
+def test_missing_matplotlib_names_the_extra(gridded, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'xnp\[plot\]'") as info:
+        plot_prediction(gridded, coastlines=False)
+    assert isinstance(info.value, ImportError)
+    assert isinstance(info.value, XnpError)
+
+
+def test_coastlines_need_cartopy(gridded, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cartopy", None)
+    monkeypatch.setitem(sys.modules, "cartopy.crs", None)
+    with pytest.raises(MissingDependencyError, match="needs cartopy"):
+        plot_prediction(gridded, coastlines=True)
+    # by default, without cartopy, plain longitude/latitude axes
+    fig = plot_prediction(gridded)
+    assert fig.axes[0].get_xlabel() == "longitude (°E)"
+
+
+def test_plot_stations(tmp_path):
+    data = station_dataset(n_stations=8, nt=3)
+    fig = render(plot_stations(data, coastlines=False), tmp_path / "stations.png")
+    assert titles(fig) == ["t2m: 8 stations (mean over 3 times)"]
+    assert colorbar_labels(fig) == ["t2m [K]"]
+    fig = plot_stations(data["t2m"], time=data.time.values[1], coastlines=False)
+    assert titles(fig) == ["t2m: 8 stations at 2019-03-01 06:00"]
+    with pytest.raises(VariableNotFoundError, match="no variable 'u10'"):
+        plot_stations(data, "u10")
+
+
+def test_plot_history_delegates_to_the_model(tmp_path):
+    history = history_dataset(
+        {"step": [10, 20], "train_nll": [1.0, 0.5], "val_nll": [1.1, 0.7],
+         "val_coverage": [0.9, 0.95], "learning_rate": [1e-3, 1e-3],
+         "steps_per_second": [5.0, 5.0], "val_rmse": [[2.0], [1.5]]},
+        ["t2m"], ["K"],
+    )  # fmt: skip
+    normaliser = Normaliser({"t2m": Stats(280.0, 5.0, "K")})
+    config = BSATNPConfig.tiny()  # parameter shapes suffice: the plot reads the history
+    trained = NeuralProcess(config, params_template(config), normaliser=normaliser,
+                            variables=["t2m"], history=history)  # fmt: skip
+    fig = render(plot_history(trained), tmp_path / "history.png")
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.lines] == ["train_nll", "val_nll"]
+    assert ax.get_xlabel() == "step"
+    fig = plot_history(trained, metrics=["val_rmse"])
+    assert [line.get_label() for line in fig.axes[0].lines] == ["val_rmse"]
+
+
+def test_plot_calibration_is_the_one_in_evaluate(gridded, monkeypatch, tmp_path):
+    evaluate = pytest.importorskip("xnp.evaluate")
+    calls = []
+
+    def fake(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "figure"
+
+    monkeypatch.setattr(evaluate, "plot_calibration", fake)
+    assert plot.plot_calibration(gridded, gridded, bins=5) == "figure"
+    assert calls == [((gridded, gridded), {"bins": 5})]
+    monkeypatch.undo()
+
+    truth = gridded["t2m_mean"].rename("t2m").to_dataset()
+    hist_ax, _ = plot.plot_calibration(gridded, truth, bins=5)
+    render(hist_ax.figure, tmp_path / "calibration.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(hist_ax.figure)

@@ -1,0 +1,1011 @@
+"""The ``xnp`` command: fit, predict, evaluate and a self-contained demo from the shell.
+
+::
+
+    xnp demo [--out DIR] [--steps N] [--data FILE --variable NAME] [--model PATH]
+    xnp fit DATA VARIABLE --out MODEL_DIR [--model NAME] [--steps N] ...
+    xnp predict MODEL CONTEXT [TARGETS] --out FILE [--time T] [--chunks lat=64,lon=64] ...
+    xnp evaluate PRED TRUTH [--dim DIMS] [--out FILE]
+
+Data files are opened with xarray: a directory or a ``.zarr`` path as zarr, anything
+else as netCDF (or whatever xarray's backends recognise).  Outputs are written
+atomically (to a temporary path, renamed into place once complete), so an
+interrupted run never leaves a half-written file under the requested name.
+
+The command line is built with :mod:`argparse` from the standard library: four
+subcommands with plain options need no third-party CLI framework, so the command
+adds no dependency.
+
+Exit status: 0 on success; 1 when the command fails at run time (missing or
+unreadable file, unknown variable, incompatible model, ...), after printing
+``xnp: error: <message>`` on stderr without a traceback (``--debug`` shows it);
+2 for an invalid command line (unknown option, bad option value); 130 when
+interrupted.  Informational messages go to stderr through :mod:`logging`
+(``--quiet`` keeps warnings and errors only); the paths written go to stdout.
+
+Examples
+--------
+>>> main(["--version"])  # doctest: +ELLIPSIS
+xnp ...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from xnp.errors import ConfigError, DimensionError, VariableNotFoundError, XnpError
+
+__all__ = ["build_parser", "format_table", "main", "open_data", "write_dataset"]
+
+log = logging.getLogger("xnp.cli")
+
+#: Settings of ``xnp demo`` (small enough to finish in about a minute on two CPU cores).
+DEMO_STEPS = 400
+DEMO_MODEL = "bsa-tnp-tiny"
+DEMO_MAX_POINTS = 128
+DEMO_LEARNING_RATE = 1e-2
+
+EPILOG = """\
+exit status:
+  0    success
+  1    the command failed (missing or unreadable file, unknown variable,
+       incompatible model, ...); the reason is printed as "xnp: error: ..."
+  2    invalid command line (unknown option or bad option value)
+  130  interrupted
+"""
+
+
+class UsageError(XnpError, ValueError):
+    """The command line is inconsistent (exit status 2)."""
+
+
+# -- small parsers for option values ----------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    """``"a,b"`` → ``["a", "b"]``."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
+
+
+def parse_chunks(text: str) -> dict[str, int]:
+    """Dask chunks from ``"lat=64,lon=64"``.
+
+    Examples
+    --------
+    >>> parse_chunks("lat=64, lon=128")
+    {'lat': 64, 'lon': 128}
+    """
+    chunks: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, size = part.partition("=")
+        try:
+            value = int(size)
+        except ValueError:
+            value = 0
+        if not sep or not name.strip() or value < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected chunks as DIM=SIZE[,DIM=SIZE...] with positive sizes, e.g. "
+                f"lat=64,lon=64; got {text!r}"
+            )
+        chunks[name.strip()] = value
+    return chunks
+
+
+def parse_time(text: str | None) -> Any:
+    """A ``--time`` value: one label, or ``START..END`` for an inclusive range.
+
+    Examples
+    --------
+    >>> parse_time("2000-01-02..2000-01-03")
+    slice('2000-01-02', '2000-01-03', None)
+    >>> parse_time("2000-01-02T06:00")
+    '2000-01-02T06:00'
+    """
+    if text is None:
+        return None
+    start, sep, end = text.partition("..")
+    if not sep:
+        return text
+    return slice(start or None, end or None)
+
+
+# -- files --------------------------------------------------------------------------------
+def _is_zarr(path: Path) -> bool:
+    return path.suffix == ".zarr" or path.is_dir()
+
+
+def _zarr_consolidated(path: Path) -> bool:
+    """Whether the zarr store at ``path`` has consolidated metadata (v2 or v3)."""
+    if (path / ".zmetadata").is_file():
+        return True
+    meta = path / "zarr.json"
+    if meta.is_file():
+        try:
+            return json.loads(meta.read_text()).get("consolidated_metadata") is not None
+        except (ValueError, OSError):
+            return False
+    return False
+
+
+def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
+    """Open a netCDF file or a zarr store lazily, with a clear error when that fails.
+
+    Parameters
+    ----------
+    path : path
+        A ``.zarr`` path or any directory: zarr; anything else: netCDF (or another
+        format one of xarray's backends recognises).
+    what : str
+        What the file is, for error messages ("context", "truth", ...).
+
+    Returns
+    -------
+    xr.Dataset
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    OSError
+        If it cannot be read as a dataset.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(errno.ENOENT, f"{what} file not found", str(p))
+    try:
+        if _is_zarr(p):
+            return xr.open_zarr(p, consolidated=_zarr_consolidated(p))
+        return xr.open_dataset(p)
+    except (ValueError, TypeError, KeyError) as err:
+        raise OSError(f"cannot read the {what} {p} as netCDF or zarr: {err}") from err
+
+
+def output_format(path: str | os.PathLike, fmt: str | None) -> str:
+    """``"zarr"`` or ``"netcdf"``: ``fmt`` if given, else from the extension of ``path``.
+
+    Examples
+    --------
+    >>> output_format("pred.zarr", None), output_format("pred.nc", None)
+    ('zarr', 'netcdf')
+    """
+    if fmt is not None:
+        return fmt
+    suffix = Path(path).suffix.lower()
+    if suffix == ".zarr":
+        return "zarr"
+    if suffix in (".nc", ".nc4", ".netcdf", ".cdf"):
+        return "netcdf"
+    raise UsageError(
+        f"cannot tell the output format from {str(path)!r}; end it in .zarr or .nc, or pass "
+        "--format zarr|netcdf."
+    )
+
+
+@contextlib.contextmanager
+def _progress(show: bool) -> Iterator[None]:
+    """A dask progress bar on stderr for computations longer than a second."""
+    if not show:
+        yield
+        return
+    from dask.diagnostics import ProgressBar
+
+    with ProgressBar(minimum=1.0, out=sys.stderr):
+        yield
+
+
+def write_dataset(
+    ds: xr.Dataset,
+    path: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Write ``ds`` (lazy or not) to zarr or netCDF, atomically.
+
+    The data are written to a temporary path next to ``path`` and renamed into
+    place once complete; dask-backed variables are computed block by block.
+
+    Parameters
+    ----------
+    ds : Dataset
+        What to write.
+    path : path
+        Destination (``.zarr`` or ``.nc``, or any name with ``fmt``).
+    fmt : {"zarr", "netcdf"}, optional
+        Format (default: from the extension).
+    overwrite : bool
+        Replace an existing ``path`` (a zarr store, or a file).
+    progress : bool
+        Show a dask progress bar on stderr.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> out = write_dataset(xr.Dataset({"a": ("x", [1.0, 2.0])}), tempfile.mkdtemp() + "/a.nc")
+    >>> xr.open_dataset(out).a.values.tolist()
+    [1.0, 2.0]
+    """
+    from xnp.checkpoint import atomic_directory
+
+    target = Path(path)
+    fmt = output_format(target, fmt)
+    if target.exists() and not overwrite:
+        raise FileExistsError(
+            errno.EEXIST, "the output exists (pass --overwrite to replace it)", str(target)
+        )
+    ds = ds.drop_encoding()  # encodings (chunks, dtypes) copied from the inputs may not fit
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "zarr":
+        with atomic_directory(target, marker="zarr.json") as tmp, _progress(progress):
+            ds.to_zarr(tmp, mode="w", consolidated=False)
+        return target
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with _progress(progress):
+            ds.to_netcdf(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+# -- tables -------------------------------------------------------------------------------
+def format_table(result: xr.Dataset, *, precision: int = 4) -> str:
+    """A plain-text table of the (small) Dataset ``result``, e.g. evaluation scores.
+
+    Scalars are listed one per line with their units; variables over dimensions are
+    shown as tables indexed by those dimensions.
+
+    Examples
+    --------
+    >>> scores = xr.Dataset(
+    ...     {"rmse": ((), 1.23456, {"units": "K"}), "crps": ((), 0.5)},
+    ... )
+    >>> print(format_table(scores))
+    rmse  1.235  K
+    crps    0.5
+    """
+    lines: list[str] = []
+    scalars = [n for n, v in result.data_vars.items() if v.ndim == 0]
+    if scalars:
+        rows = [
+            (str(n), f"{float(result[n]):.{precision}g}", str(result[n].attrs.get("units", "")))
+            for n in scalars
+        ]
+        width_n = max(len(r[0]) for r in rows)
+        width_v = max(len(r[1]) for r in rows)
+        lines += [f"{n:<{width_n}}  {v:>{width_v}}  {u}".rstrip() for n, v, u in rows]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, var in result.data_vars.items():
+        if var.ndim:
+            groups.setdefault(tuple(map(str, var.dims)), []).append(str(name))
+    for names in groups.values():
+        if lines:
+            lines.append("")
+        frame = result[names].to_dataframe()[names]
+        lines.append(frame.to_string(float_format=lambda x: f"{x:.{precision}g}"))
+    return "\n".join(lines)
+
+
+# -- commands -----------------------------------------------------------------------------
+def _check_variables(data: xr.Dataset, variables: Sequence[str], what: str) -> None:
+    missing = [v for v in variables if v not in data.data_vars]
+    if missing:
+        raise VariableNotFoundError(
+            f"the {what} has no variable {', '.join(map(repr, missing))}; it holds "
+            f"{', '.join(map(repr, map(str, data.data_vars))) or 'no data variables'}."
+        )
+
+
+def _train_config(steps: int, **overrides: Any) -> Any:
+    """A TrainConfig whose logging and validation intervals suit a run of ``steps``."""
+    from xnp.train import TrainConfig
+
+    log_every = min(50, steps)
+    validate_every = log_every * max(1, min(250, steps) // log_every)
+    return TrainConfig(log_every=log_every, validate_every=validate_every,
+                       checkpoint_every=validate_every * 2, **overrides)  # fmt: skip
+
+
+def _time_dim(data: xr.Dataset, variable: str) -> str | None:
+    from xnp.data.coords import find_coords
+
+    layout = find_coords(data, variable)
+    return layout.time_dim if layout.time_dim in data[variable].dims else None
+
+
+def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
+    from xnp.api import DEFAULT_MAX_POINTS, fit
+    from xnp.data.tasks import SpatialTasks
+
+    data = files.enter_context(open_data(args.data))
+    variables = args.variable
+    _check_variables(data, variables, "data")
+    validation: float | None = args.validation or None
+    if validation is not None and _time_dim(data, variables[0]) is None:
+        log.info("the data has no time axis: training without validation")
+        validation = None
+    max_points = args.max_points or DEFAULT_MAX_POINTS
+    tasks = (SpatialTasks(max_context=max_points, max_targets=max_points)
+             if args.tasks == "spatial" else None)  # fmt: skip
+    model = fit(
+        data, variables, model=args.model, covariates=args.covariates, tasks=tasks,
+        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
+        resume=args.resume, progress=args.progress, config=_train_config(args.steps),
+    )  # fmt: skip
+    path = model.save(args.out)
+    for line in repr(model).splitlines():
+        log.info("%s", line)
+    print(f"model: {path}")
+    return 0
+
+
+def _default_chunks(model: Any, template: xr.Dataset) -> dict[str, int]:
+    """About 4096 target points per dask block over the template's spatial dims."""
+    from xnp.data.coords import find_coords
+
+    names = {k: model.coords[k] for k in ("lat", "lon") if isinstance(model.coords.get(k), str)}
+    dims = find_coords(template, **names).point_dims
+    size = max(1, round(4096 ** (1.0 / max(len(dims), 1))))
+    return dict.fromkeys(dims, size)
+
+
+def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
+    from xnp.estimator import load
+    from xnp.prediction import predict
+
+    model = load(args.model)
+    context = files.enter_context(open_data(args.context, what="context"))
+    _check_variables(context, model.variables, "context")
+    targets = None
+    if args.targets:
+        targets = files.enter_context(open_data(args.targets, what="targets"))
+    fmt = output_format(args.out, args.format)
+    if Path(args.out).exists() and not args.overwrite:
+        raise FileExistsError(
+            errno.EEXIST, "the output exists (pass --overwrite to replace it)", args.out
+        )
+    template = targets if targets is not None else context
+    chunks = args.chunks or _default_chunks(model, template)
+    unknown = sorted(set(chunks) - {str(d) for d in template.dims})
+    if unknown:
+        raise DimensionError(
+            f"--chunks names {unknown}, which are not dimensions of the targets "
+            f"({', '.join(map(str, template.dims))})."
+        )
+    kwargs: dict[str, Any] = {}
+    if args.lead_time is not None:
+        kwargs["lead_time"] = args.lead_time
+    start = time.perf_counter()
+    pred = predict(
+        model, context, targets, time=parse_time(args.time), context_radius=args.context_radius,
+        chunks=chunks, memory_budget=args.memory_budget, **kwargs,
+    )  # fmt: skip
+    first = pred[f"{model.variables[0]}_mean"]
+    log.info("predicting %s at %s points in %d dask blocks", ", ".join(model.variables),
+             f"{first.size:,}", getattr(first.data, "npartitions", 1))  # fmt: skip
+    path = write_dataset(pred, args.out, fmt=fmt, overwrite=args.overwrite,
+                         progress=args.progress)  # fmt: skip
+    log.info("wrote %s in %.1f s", path, time.perf_counter() - start)
+    print(f"prediction: {path}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
+    try:
+        from xnp.evaluate import evaluate
+    except ImportError as err:
+        raise ConfigError(f"this xnp has no evaluation module (xnp.evaluate): {err}") from err
+    pred = files.enter_context(open_data(args.pred, what="prediction"))
+    truth = files.enter_context(open_data(args.truth, what="truth"))
+    result = evaluate(pred, truth, variables=args.variables, dim=args.dim).compute()
+    print(format_table(result))
+    if args.out:
+        path = write_dataset(result, args.out, fmt=args.format, overwrite=args.overwrite)
+        print(f"scores: {path}")
+    return 0
+
+
+def _demo_grid(data: xr.Dataset, variable: str, resolution: float) -> dict[str, xr.DataArray]:
+    """A regular latitude/longitude grid over the extent of ``data`` (global if it is)."""
+    from xnp.data.coords import find_coords, latlon
+
+    lat, lon = latlon(data, find_coords(data, variable))
+    lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
+    lon0, lon1 = float(np.nanmin(lon)), float(np.nanmax(lon))
+    if lon1 - lon0 > 300.0:  # (nearly) global: cover every longitude
+        lons = np.arange(-180.0 + resolution / 2, 180.0, resolution)
+    else:
+        lons = np.linspace(lon0, lon1, max(2, round((lon1 - lon0) / resolution) + 1))
+    lats = np.linspace(lat0, lat1, max(2, round((lat1 - lat0) / resolution) + 1))
+    return {
+        "lat": xr.DataArray(lats, dims="lat",
+                            attrs={"units": "degrees_north", "standard_name": "latitude"}),
+        "lon": xr.DataArray(lons, dims="lon",
+                            attrs={"units": "degrees_east", "standard_name": "longitude"}),
+    }  # fmt: skip
+
+
+def _sample_context(frame: xr.Dataset, variable: str, n: int, seed: int) -> xr.Dataset:
+    """``n`` random observed points of ``frame`` as a station dataset (the demo's context)."""
+    from xnp.data.coords import find_coords
+    from xnp.data.points import to_points
+
+    ps = to_points(frame, variable)
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(ps), size=min(n, len(ps)), replace=False))
+    coords: dict[str, Any] = {
+        "lat": ("station", ps.lat[pick], {"units": "degrees_north", "standard_name": "latitude"}),
+        "lon": ("station", ps.lon[pick], {"units": "degrees_east", "standard_name": "longitude"}),
+    }
+    time_name = find_coords(frame, variable).time
+    if time_name is not None and frame[time_name].ndim == 0:
+        coords[time_name] = frame[time_name].variable
+    values = ("station", ps.f[pick, 0], dict(frame[variable].attrs))
+    return xr.Dataset({variable: values}, coords=coords)
+
+
+def _held_out_scores(model: Any, context: xr.Dataset, frame: xr.Dataset, variable: str) -> str:
+    """RMSE, spread and 95 % coverage of the prediction at every point of ``frame``."""
+    from xnp.prediction import predict
+
+    pred = predict(model, context, frame[[variable]])
+    err = (pred[f"{variable}_mean"] - frame[variable]).values
+    std = pred[f"{variable}_std"].values
+    ok = np.isfinite(err) & np.isfinite(std)
+    rmse = float(np.sqrt(np.mean(err[ok] ** 2)))
+    spread = float(np.mean(std[ok]))
+    coverage = float(np.mean(np.abs(err[ok]) <= 1.959964 * std[ok]))
+    scale = float(np.nanstd(frame[variable].values))
+    units = frame[variable].attrs.get("units")
+    u = f" {units}" if units else ""
+    return (
+        f"RMSE {rmse:.3g}{u} (field std {scale:.3g}{u}), mean predictive std {spread:.3g}{u}, "
+        f"95% interval coverage {coverage:.2f} at {int(ok.sum())} points"
+    )
+
+
+def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
+    from xnp.api import fit
+    from xnp.data.tasks import SpatialTasks
+    from xnp.datasets import gp_sphere
+    from xnp.estimator import load
+    from xnp.prediction import predict
+
+    start = time.perf_counter()
+    out = Path(args.out)
+    if args.data is not None:
+        if args.variable is None:
+            raise UsageError("--data needs --variable, the name of the variable to learn.")
+        data = files.enter_context(open_data(args.data))
+        variable = args.variable
+        _check_variables(data, [variable], "data")
+    else:
+        data = gp_sphere(n_lat=24, n_lon=48, n_time=24, seed=args.seed)
+        variable = "field"
+        log.info("data: synthetic Gaussian-process field on a 24 × 48 grid, 24 times 6 h apart")
+    fmt = args.format
+    pred_path = out / ("prediction.zarr" if fmt == "zarr" else "prediction.nc")
+
+    tdim = _time_dim(data, variable)
+    # the last time is held out of training (validation period) and used as the context
+    frame = data.isel({tdim: -1}) if tdim is not None else data
+    if args.model is not None:
+        model = load(args.model)
+        if variable not in model.variables:
+            raise VariableNotFoundError(
+                f"the model {args.model} predicts {list(model.variables)}, not {variable!r}."
+            )
+        model_path = Path(args.model)
+    else:
+        log.info("fitting %s for %d steps", DEMO_MODEL, args.steps)
+        tasks = SpatialTasks(max_context=DEMO_MAX_POINTS, max_targets=DEMO_MAX_POINTS)
+        # one device: sharding a model this small over several would only add overhead
+        config = _train_config(args.steps, validation_batches=2, devices=1)
+        model = fit(
+            data, variable, model=DEMO_MODEL, tasks=tasks, steps=args.steps, batch_size=8,
+            learning_rate=args.learning_rate, validation=0.1 if tdim is not None else None,
+            seed=args.seed, progress=args.progress, config=config,
+        )  # fmt: skip
+        model_path = model.save(out / "model")
+        log.info("trained in %.1f s", model.training.get("seconds", float("nan")))
+
+    context = _sample_context(frame, variable, args.context_points, args.seed)
+    grid = _demo_grid(data, variable, args.resolution)
+    chunks = {"lat": max(1, math.ceil(grid["lat"].size / 2))}
+    pred = predict(model, context, grid, chunks=chunks)  # lazy: one dask task per block
+    # label the maps with the time the observations are from
+    pred = pred.assign_coords({str(c): context[c] for c in context.coords if context[c].ndim == 0})
+    log.info("predicting at %d × %d grid points from %d observations (%d dask blocks)",
+             grid["lat"].size, grid["lon"].size, context.sizes["station"],
+             pred[f"{variable}_mean"].data.npartitions)  # fmt: skip
+    write_dataset(pred, pred_path, fmt=fmt, overwrite=True, progress=args.progress)
+    if tdim is not None:
+        log.info("held-out field: %s", _held_out_scores(model, context, frame, variable))
+
+    png_path: Path | None = out / "prediction.png"
+    try:
+        from xnp.plot import plot_prediction
+
+        with open_data(pred_path, what="prediction") as written:
+            fig = plot_prediction(written, variable, context=context)
+            fig.savefig(png_path, dpi=110)
+    except ImportError as err:  # matplotlib missing: the demo still succeeds
+        log.warning("no plot: %s", err)
+        png_path = None
+    log.info("demo finished in %.1f s", time.perf_counter() - start)
+    print(f"model:      {model_path}")
+    print(f"prediction: {pred_path}")
+    if png_path is not None:
+        print(f"plot:       {png_path}")
+    return 0
+
+
+# -- the parser ---------------------------------------------------------------------------
+class _Formatter(argparse.HelpFormatter):
+    """Wraps one-paragraph descriptions; keeps multi-line text (the epilog) as written."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _common(sub: argparse.ArgumentParser) -> None:
+    """Options every subcommand has (they may also come before the subcommand)."""
+    group = sub.add_argument_group("output and logging")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print only warnings and errors (and no progress bars)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print debugging messages",
+    )
+    group.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the full traceback when a command fails",
+    )
+
+
+def _add_demo(subs: Any) -> None:
+    p = subs.add_parser(
+        "demo", help="fit, predict and plot on built-in synthetic data (about a minute)",
+        description="Fit a tiny BSA-TNP on a synthetic Gaussian-process field on the sphere "
+        "(offline; or on your own file with --data), predict the last, held-out time on a "
+        "regular latitude/longitude grid from a few hundred scattered observations (lazily, "
+        "over dask blocks), and write the model, the prediction and a plot into --out. "
+        "Existing demo outputs in --out are replaced.",
+        epilog=EPILOG, formatter_class=_Formatter,
+    )  # fmt: skip
+    p.add_argument(
+        "--out",
+        default="xnp-demo",
+        metavar="DIR",
+        help="folder for model/, prediction.zarr (or .nc) and prediction.png "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        help="netCDF file or zarr store to use instead of the synthetic data (needs --variable)",
+    )
+    p.add_argument("--variable", metavar="NAME", help="variable of --data to learn")
+    p.add_argument("--model", metavar="PATH", help="use this saved model instead of fitting one")
+    p.add_argument(
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        default=DEMO_STEPS,
+        help="training steps (default: %(default)s; a few for a smoke test)",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=_positive_float,
+        metavar="LR",
+        default=DEMO_LEARNING_RATE,
+        help="peak learning rate (default: %(default)s)",
+    )
+    p.add_argument(
+        "--context-points",
+        type=_positive_int,
+        default=200,
+        metavar="N",
+        help="observations drawn from the held-out time as context (default: %(default)s)",
+    )
+    p.add_argument(
+        "--resolution",
+        type=_positive_float,
+        default=2.0,
+        metavar="DEG",
+        help="spacing of the prediction grid in degrees (default: %(default)s)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("zarr", "netcdf"),
+        default="zarr",
+        help="format of the prediction (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="random seed (default: %(default)s)"
+    )
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide progress bars"
+    )
+    _common(p)
+    p.set_defaults(func=_cmd_demo, _parser=p)
+
+
+def _add_fit(subs: Any) -> None:
+    from xnp.api import DEFAULT_MAX_POINTS
+    from xnp.models.registry import available_models
+
+    p = subs.add_parser(
+        "fit", help="train a neural process on a dataset and save it",
+        description="Train a neural process to predict VARIABLE from the data in DATA "
+        "(netCDF or zarr; gridded or stations, with or without time) and save it to --out.",
+        epilog=EPILOG, formatter_class=_Formatter,
+    )  # fmt: skip
+    p.add_argument("data", metavar="DATA", help="training data: a netCDF file or zarr store")
+    p.add_argument(
+        "variable",
+        metavar="VARIABLE",
+        type=_names,
+        help="variable to learn (several: comma-separated, e.g. t2m,u10)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="MODEL_DIR",
+        help="directory to save the model to (replaced if it holds an xnp model)",
+    )
+    p.add_argument(
+        "--model",
+        default="bsa-tnp",
+        choices=available_models(),
+        metavar="NAME",
+        help=f"architecture: {', '.join(available_models())} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tasks",
+        choices=("spatial", "auto"),
+        default="spatial",
+        help="spatial: interpolate at one time (what `xnp predict` does); auto: "
+        "xnp's default for the data, forecast tasks when it has a time axis "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-points",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="at most N context and N target points per spatial task "
+        f"(default: {DEFAULT_MAX_POINTS})",
+    )
+    p.add_argument(
+        "--covariates",
+        type=_names,
+        default=[],
+        metavar="NAMES",
+        help="comma-separated covariates: elevation, hour_of_day, solar_time, "
+        "day_of_year or variables of DATA (default: none)",
+    )
+    p.add_argument(
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        default=2000,
+        help="optimisation steps (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="tasks per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=_positive_float,
+        metavar="LR",
+        default=5e-4,
+        help="peak learning rate of the warm-up + cosine schedule (default: %(default)s)",
+    )
+    p.add_argument(
+        "--validation",
+        type=_fraction,
+        default=0.1,
+        metavar="FRACTION",
+        help="fraction of the time axis held out at its end for validation; 0: "
+        "none (default: %(default)s; none when the data has no time axis)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        default=0,
+        help="seed of the initialisation and of the tasks (default: %(default)s)",
+    )
+    p.add_argument(
+        "--checkpoint-dir", metavar="DIR", help="folder for periodic checkpoints (default: none)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in --checkpoint-dir",
+    )
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
+    _common(p)
+    p.set_defaults(func=_cmd_fit, _parser=p)
+
+
+def _add_predict(subs: Any) -> None:
+    p = subs.add_parser(
+        "predict", help="predict with a saved model and write zarr or netCDF",
+        description="Condition the saved MODEL on the observations in CONTEXT and predict the "
+        "mean and standard deviation of its variables at the points of TARGETS (any netCDF "
+        "or zarr whose coordinates give the places: a grid, stations, ...), or at every "
+        "point of CONTEXT when TARGETS is left out (gap filling).  The prediction is "
+        "computed lazily, one dask block at a time, while it is written.",
+        epilog=EPILOG, formatter_class=_Formatter,
+    )  # fmt: skip
+    p.add_argument("model", metavar="MODEL", help="saved model directory (xnp fit --out)")
+    p.add_argument("context", metavar="CONTEXT", help="observations: netCDF file or zarr store")
+    p.add_argument(
+        "targets",
+        metavar="TARGETS",
+        nargs="?",
+        help="file whose coordinates are the places to predict at "
+        "(default: every point of CONTEXT)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="output, .zarr or .nc (or any name with --format)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("zarr", "netcdf"),
+        help="output format (default: from the extension of --out)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument(
+        "--time",
+        metavar="T",
+        help="time to predict, e.g. 2020-01-01T06:00, or an inclusive range "
+        "START..END (default: every time of CONTEXT)",
+    )
+    p.add_argument(
+        "--lead-time",
+        metavar="HOURS",
+        help="forecast models only: lead time after --time, e.g. 6h (default: "
+        "the lead the model was trained for)",
+    )
+    p.add_argument(
+        "--context-radius",
+        metavar="DIST",
+        help="condition each block only on observations within this great-circle "
+        "distance, e.g. 500km (default: all observations)",
+    )
+    p.add_argument(
+        "--chunks",
+        type=parse_chunks,
+        metavar="DIM=N,...",
+        help="dask chunks of the target dimensions, e.g. lat=64,lon=64 (default: "
+        "about 4096 points per block)",
+    )
+    p.add_argument(
+        "--memory-budget",
+        default="1GiB",
+        metavar="SIZE",
+        help="memory one chunk of targets may use on the device (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
+    _common(p)
+    p.set_defaults(func=_cmd_predict, _parser=p)
+
+
+def _add_evaluate(subs: Any) -> None:
+    p = subs.add_parser(
+        "evaluate", help="score a prediction against the truth",
+        description="Score the prediction PRED (xnp predict --out) against observed values "
+        "in TRUTH and print a table of the scores (xnp.evaluate.evaluate).",
+        epilog=EPILOG, formatter_class=_Formatter,
+    )  # fmt: skip
+    p.add_argument("pred", metavar="PRED", help="prediction: netCDF file or zarr store")
+    p.add_argument("truth", metavar="TRUTH", help="true values: netCDF file or zarr store")
+    p.add_argument(
+        "--variables",
+        type=_names,
+        metavar="NAMES",
+        help="comma-separated variables to score (default: every predicted one)",
+    )
+    p.add_argument(
+        "--dim",
+        type=_names,
+        metavar="DIMS",
+        help="comma-separated dimensions to average over, e.g. lat,lon for scores per time "
+        "(default: all, one score per variable)",
+    )
+    p.add_argument("--out", metavar="FILE", help="also write the scores to .nc or .zarr")
+    p.add_argument(
+        "--format",
+        choices=("zarr", "netcdf"),
+        help="format of --out (default: from its extension)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    _common(p)
+    p.set_defaults(func=_cmd_evaluate, _parser=p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``xnp`` argument parser with its four subcommands.
+
+    Examples
+    --------
+    >>> sorted(build_parser().parse_args(["fit", "d.nc", "t2m", "--out", "m"]).variable)
+    ['t2m']
+    """
+    from xnp import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="xnp",
+        description="Transformer neural processes for xarray: fit on gridded or station "
+        "data, predict mean and standard deviation anywhere.  Run `xnp COMMAND --help` "
+        "for the options of a command; `xnp demo` shows everything in about a minute.",
+        epilog=EPILOG, formatter_class=_Formatter,
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"xnp {__version__}")
+    group = parser.add_argument_group("output and logging")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only warnings and errors (and no progress bars)",
+    )
+    group.add_argument("-v", "--verbose", action="store_true", help="print debugging messages")
+    group.add_argument(
+        "--debug", action="store_true", help="show the full traceback when a command fails"
+    )
+    subs = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for add in (_add_demo, _add_fit, _add_predict, _add_evaluate):
+        add(subs)
+    return parser
+
+
+@contextlib.contextmanager
+def _logging(quiet: bool, verbose: bool) -> Iterator[None]:
+    """Send xnp's log records to stderr as ``xnp: message`` for the command's duration."""
+    logger = logging.getLogger("xnp")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("xnp: %(message)s"))
+    previous = logger.level
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def _message(err: BaseException) -> str:
+    """One line describing ``err`` (OSError without the ``[Errno N]`` prefix)."""
+    if isinstance(err, OSError) and err.strerror and err.filename:
+        return f"{err.strerror}: {err.filename}"
+    text = str(err).strip()
+    return text or type(err).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``xnp`` command with ``argv`` (default: ``sys.argv[1:]``).
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after the program name.
+
+    Returns
+    -------
+    int
+        The exit status: 0 success, 1 the command failed, 2 invalid command line,
+        130 interrupted.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version or a usage error
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
+    if getattr(args, "resume", False) and not args.checkpoint_dir:
+        args._parser.print_usage(sys.stderr)
+        print("xnp: error: --resume needs --checkpoint-dir", file=sys.stderr)
+        return 2
+    quiet = bool(getattr(args, "quiet", False))
+    if quiet and hasattr(args, "progress"):
+        args.progress = False
+    with _logging(quiet, bool(getattr(args, "verbose", False))), contextlib.ExitStack() as files:
+        try:
+            return int(args.func(args, files))
+        except UsageError as err:
+            if args.debug:
+                raise
+            args._parser.print_usage(sys.stderr)
+            print(f"xnp: error: {_message(err)}", file=sys.stderr)
+            return 2
+        except (XnpError, OSError) as err:
+            if args.debug:
+                raise
+            print(f"xnp: error: {_message(err)}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("xnp: interrupted", file=sys.stderr)
+            return 130

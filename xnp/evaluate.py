@@ -1,0 +1,561 @@
+"""Scoring probabilistic predictions against the truth: ``xnp.evaluate``.
+
+``pred`` is what :func:`xnp.predict` (or a baseline of :mod:`xnp.baselines`)
+returns: a Gaussian predictive distribution per point, ``{var}_mean`` and
+``{var}_std``.  ``truth`` holds the observed values ``{var}``.  :func:`evaluate`
+scores the predictions with
+
+* ``rmse``, ``mae``: root-mean-square and mean absolute error of the mean;
+* ``crps``: continuous ranked probability score of the Gaussian, in closed form
+  ``σ [z (2Φ(z) − 1) + 2φ(z) − 1/√π]`` with ``z = (y − μ) / σ`` (lower is better;
+  equals the absolute error when ``σ = 0``);
+* ``nll``: Gaussian negative log-likelihood ``½ log(2πσ²) + (y − μ)² / 2σ²``, in
+  nats, averaged over points (infinite where ``σ = 0``);
+* ``coverage_50``, ``coverage_90``, ``coverage_95``: fraction of the truth inside
+  the central 50 %, 90 %, 95 % predictive interval (equal to the nominal level
+  for calibrated predictions);
+* ``n``: the number of points scored.
+
+:func:`pit` gives the probability integral transform ``Φ((y − μ)/σ)`` of every
+point (uniform on [0, 1] for calibrated predictions) and :func:`plot_calibration`
+draws its histogram and the reliability curve.
+
+Every score is computed point by point with xarray operations, so dask-backed
+inputs give a lazy result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy import special
+
+from xnp.errors import (
+    ConfigError,
+    CoordinateError,
+    DimensionError,
+    EmptyDataError,
+    MissingDependencyError,
+    VariableNotFoundError,
+)
+
+__all__ = [
+    "COVERAGE_LEVELS",
+    "METRICS",
+    "evaluate",
+    "pit",
+    "plot_calibration",
+]
+
+#: Nominal levels of the central predictive intervals whose coverage is reported.
+COVERAGE_LEVELS = (0.5, 0.9, 0.95)
+
+#: The metrics :func:`evaluate` returns for every variable, in order.
+METRICS = ("rmse", "mae", "crps", "nll", "coverage_50", "coverage_90", "coverage_95", "n")
+
+_INV_SQRT_PI = 1.0 / np.sqrt(np.pi)
+
+
+# --------------------------------------------------------------------------- pointwise scores
+# Each takes float arrays (truth y, mean mu, std sigma) and returns float64 with NaN
+# where the point is not scored (any input missing), so sums over points skip them.
+
+
+def _prepare(y: Any, mu: Any, sigma: Any) -> tuple[np.ndarray, ...]:
+    y, mu, sigma = (np.asarray(a, np.float64) for a in (y, mu, sigma))
+    valid = np.isfinite(y) & np.isfinite(mu) & np.isfinite(sigma)
+    if np.any(sigma[valid] < 0):
+        raise ConfigError(
+            "the predictive standard deviation has negative values; it must be ≥ 0. "
+            "Check that the `_std` variables really hold standard deviations."
+        )
+    return y - mu, sigma, valid
+
+
+def _z(err: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """``err / sigma``, ±inf (or 0 for a zero error) where ``sigma == 0``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = err / sigma
+    degenerate = np.where(err > 0, np.inf, np.where(err < 0, -np.inf, 0.0))
+    return np.where(sigma > 0, z, degenerate)
+
+
+def _score_valid(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    _, _, valid = _prepare(y, mu, sigma)
+    return valid.astype(np.float64)
+
+
+def _score_se(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    err, _, valid = _prepare(y, mu, sigma)
+    return np.where(valid, err * err, np.nan)
+
+
+def _score_ae(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    err, _, valid = _prepare(y, mu, sigma)
+    return np.where(valid, np.abs(err), np.nan)
+
+
+def _score_crps(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    err, sigma, valid = _prepare(y, mu, sigma)
+    z = np.where(sigma > 0, _z(err, sigma), 0.0)
+    gauss = sigma * (z * (2.0 * special.ndtr(z) - 1.0) + 2.0 * _phi(z) - _INV_SQRT_PI)
+    crps = np.where(sigma > 0, gauss, np.abs(err))
+    return np.where(valid, crps, np.nan)
+
+
+def _score_nll(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    err, sigma, valid = _prepare(y, mu, sigma)
+    safe = np.where(sigma > 0, sigma, 1.0)
+    nll = 0.5 * np.log(2.0 * np.pi * safe * safe) + 0.5 * (err / safe) ** 2
+    nll = np.where(sigma > 0, nll, np.inf)
+    return np.where(valid, nll, np.nan)
+
+
+def _coverage_score(level: float):
+    half_width = float(special.ndtri(0.5 + 0.5 * level))
+
+    def score(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+        err, sigma, valid = _prepare(y, mu, sigma)
+        inside = (np.abs(err) <= half_width * sigma).astype(np.float64)
+        return np.where(valid, inside, np.nan)
+
+    return score
+
+
+def _score_pit(y: Any, mu: Any, sigma: Any) -> np.ndarray:
+    err, sigma, valid = _prepare(y, mu, sigma)
+    return np.where(valid, special.ndtr(_z(err, sigma)), np.nan)
+
+
+def _phi(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi)
+
+
+_SUMMED = {
+    "se": _score_se,
+    "ae": _score_ae,
+    "crps": _score_crps,
+    "nll": _score_nll,
+    **{f"coverage_{round(100 * p)}": _coverage_score(p) for p in COVERAGE_LEVELS},
+}
+
+
+def _pointwise(fn: Any, y: xr.DataArray, mu: xr.DataArray, sigma: xr.DataArray) -> xr.DataArray:
+    """Apply a numpy score point by point (lazily for dask-backed inputs)."""
+    return xr.apply_ufunc(
+        fn, y, mu, sigma, dask="parallelized", output_dtypes=[np.float64], keep_attrs=False
+    )
+
+
+# --------------------------------------------------------------------------- pairing inputs
+
+
+def _prediction_variables(pred: xr.Dataset) -> list[str]:
+    names = [str(n) for n in pred.data_vars]
+    return [n[: -len("_mean")] for n in names if n.endswith("_mean") and f"{n[:-5]}_std" in names]
+
+
+def _truth_dataset(truth: xr.Dataset | xr.DataArray, predicted: list[str]) -> xr.Dataset:
+    if isinstance(truth, xr.Dataset):
+        return truth
+    if not isinstance(truth, xr.DataArray):
+        raise ConfigError(f"truth must be an xarray Dataset or DataArray; got {type(truth)}.")
+    if truth.name is None:
+        if len(predicted) != 1:
+            raise ConfigError(
+                f"the truth DataArray has no name and the prediction holds {predicted}; "
+                "name it after the variable it observes, e.g. truth.rename('t2m')."
+            )
+        return truth.to_dataset(name=predicted[0])
+    return truth.to_dataset()
+
+
+def _resolve(
+    pred: xr.Dataset, truth: xr.Dataset, variables: str | Sequence[str] | None
+) -> list[str]:
+    predicted = _prediction_variables(pred)
+    if variables is None:
+        names = [v for v in predicted if v in truth.data_vars]
+        if not names:
+            raise VariableNotFoundError(
+                f"no variable is both predicted and observed: the prediction holds "
+                f"{predicted} (as '{{var}}_mean'/'{{var}}_std') and the truth holds "
+                f"{[str(v) for v in truth.data_vars]}. Rename one to match, or pass "
+                "variables=..."
+            )
+        return names
+    names = [variables] if isinstance(variables, str) else list(variables)
+    for v in names:
+        if v not in predicted:
+            raise VariableNotFoundError(
+                f"the prediction has no {v!r}: it needs '{v}_mean' and '{v}_std'; its data "
+                f"variables are {[str(n) for n in pred.data_vars]}."
+            )
+        if v not in truth.data_vars:
+            raise VariableNotFoundError(
+                f"the truth has no variable {v!r}; its data variables are "
+                f"{[str(n) for n in truth.data_vars]}."
+            )
+    return names
+
+
+def _match_scalar_coords(a: xr.DataArray, b: xr.DataArray) -> xr.DataArray:
+    """Select ``b`` at each scalar coordinate of ``a`` that is a dimension of ``b``."""
+    for name, coord in a.coords.items():
+        if coord.ndim != 0 or name not in b.coords:
+            continue
+        if name in b.dims:
+            try:
+                b = b.sel({name: coord.values})
+            except KeyError as err:
+                raise CoordinateError(
+                    f"the prediction is for {name}={coord.values} but the truth has no such "
+                    f"{name}; its {name} holds {_span(b.coords.to_dataset(), name)}."
+                ) from err
+        elif b[name].ndim == 0 and not np.array_equal(b[name].values, coord.values):
+            raise CoordinateError(
+                f"the prediction and the truth are for different {name}: {coord.values} and "
+                f"{b[name].values}."
+            )
+    return b
+
+
+def _time_dim(obj: xr.DataArray) -> Hashable | None:
+    """The dimension of ``obj`` indexed by datetimes (None if not exactly one)."""
+    found = [d for d in obj.dims if d in obj.indexes and _is_datetime(obj[d].values)]
+    return found[0] if len(found) == 1 else None
+
+
+def _is_datetime(values: np.ndarray) -> bool:
+    if np.issubdtype(values.dtype, np.datetime64):
+        return True
+    return values.dtype == object and values.size > 0 and hasattr(values.flat[0], "calendar")
+
+
+def _at_valid_times(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
+    """The truth at a forecast's ``valid_time`` (``init_time`` + ``lead_time``).
+
+    Valid times the truth does not cover give NaN (those points are not scored).
+    """
+    if "valid_time" not in mu.coords or "valid_time" in mu.dims:
+        return y  # not a forecast layout
+    time = _time_dim(y)
+    if time is None:
+        return y
+    valid = mu["valid_time"].reset_coords(drop=True)
+    wanted = np.unique(valid.values.ravel())
+    if np.intersect1d(wanted, y[time].values).size == 0:
+        raise CoordinateError(
+            f"the forecast is valid from {wanted.min()} to {wanted.max()}, but the truth's "
+            f"{time} runs from {y[time].values.min()} to {y[time].values.max()}: no overlap."
+        )
+    out = y.reindex({time: wanted}).sel({time: valid})
+    return out.drop_vars(time)
+
+
+def _pair(
+    pred: xr.Dataset, truth: xr.Dataset, v: str
+) -> tuple[xr.DataArray, xr.DataArray, xr.DataArray]:
+    mu, sigma, y = pred[f"{v}_mean"], pred[f"{v}_std"], truth[v]
+    y = _at_valid_times(mu, y)
+    y = _match_scalar_coords(mu, y)
+    mu = _match_scalar_coords(y, mu)
+    sigma = _match_scalar_coords(y, sigma)
+    if set(mu.dims) != set(y.dims) or set(sigma.dims) != set(mu.dims):
+        raise DimensionError(
+            f"{v!r}: the prediction has dims {mu.dims} and the truth {y.dims}; they must "
+            "match (select the truth at the predicted times, or predict at the truth's "
+            "coordinates)."
+        )
+    try:
+        mu, sigma, y = xr.align(mu, sigma, y, join="inner")
+    except ValueError as err:
+        raise DimensionError(
+            f"{v!r}: the prediction {dict(mu.sizes)} and the truth {dict(y.sizes)} cannot be "
+            f"aligned ({err}). Give both the same dimension coordinates."
+        ) from err
+    empty = [d for d in mu.dims if mu.sizes[d] == 0]
+    if empty:
+        d = empty[0]
+        raise CoordinateError(
+            f"{v!r}: the prediction and the truth share no {d!r} coordinate value; check "
+            f"that the truth covers the predicted {d} (pred: {_span(pred, d)}, truth: "
+            f"{_span(truth, d)})."
+        )
+    return y, mu, sigma.transpose(*mu.dims)
+
+
+def _span(obj: xr.Dataset, d: Hashable) -> str:
+    if d not in obj.coords or obj[d].size == 0:
+        return f"{obj.sizes.get(d, 0)} values"
+    values = obj[d].values
+    return f"{values.size} values, {values[0]} … {values[-1]}"
+
+
+def _reduce_dims(dims: tuple[Hashable, ...], dim: str | Sequence[str] | None) -> list[Hashable]:
+    if dim is None:
+        return list(dims)
+    wanted = [dim] if isinstance(dim, str) else list(dim)
+    unknown = [d for d in wanted if d not in dims]
+    if unknown:
+        raise DimensionError(
+            f"cannot reduce over {unknown}: the scored points have dims {tuple(dims)}."
+        )
+    return wanted
+
+
+def _is_lazy(*arrays: xr.DataArray) -> bool:
+    return any(a.chunks is not None for a in arrays)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def evaluate(
+    pred: xr.Dataset,
+    truth: xr.Dataset | xr.DataArray,
+    *,
+    variables: str | Sequence[str] | None = None,
+    dim: str | Sequence[str] | None = None,
+) -> xr.Dataset:
+    """Score Gaussian predictions against the truth.
+
+    Parameters
+    ----------
+    pred : Dataset
+        Predictions holding ``{var}_mean`` and ``{var}_std`` (the output of
+        :func:`xnp.predict`, ``ds.np.predict`` or a baseline's ``predict``).
+    truth : Dataset or DataArray
+        The observed values ``{var}`` (an unnamed DataArray is taken to observe the
+        only predicted variable).  Never modified.
+    variables : str or list of str, optional
+        Variables to score; default every variable both predicted and observed.
+    dim : str or list of str, optional
+        Dimensions to average over; default all.  Dimensions not listed are kept,
+        giving metrics per ``lead_time``, per ``station``, ...
+
+    Returns
+    -------
+    Dataset
+        One data variable ``{var}_{metric}`` per variable and metric of
+        :data:`METRICS` (``t2m_rmse``, ``t2m_crps``, ..., ``t2m_n``) over the kept
+        dimensions.  This flat naming mirrors the ``{var}_mean``/``{var}_std`` of
+        the predictions and gives every array a single unit (``rmse``, ``mae`` and
+        ``crps`` carry the variable's ``units``; the others are dimensionless or
+        in nats), which a ``metric`` dimension mixing K, nats and counts could not.
+        Slices of the kept dimensions without any valid point get ``n = 0`` and
+        NaN metrics.
+
+    Notes
+    -----
+    Prediction and truth are aligned with ``xr.align(join="inner")`` on their
+    dimension coordinates; a scalar coordinate of one (e.g. the ``time`` of a
+    prediction made at one time) selects the other along that dimension.  A
+    forecast (``init_time``, ``lead_time`` and a ``valid_time`` coordinate) is
+    compared with the truth at its valid times; keep ``lead_time`` (e.g.
+    ``dim=["init_time", "lat", "lon"]``) for scores per lead time.  A point
+    is scored when truth, mean and std are all finite; ``n`` counts them.  With
+    dask-backed inputs the result is lazy, and the check that some point is valid
+    is left to the caller (``n`` is then 0 and the metrics NaN).
+
+    Raises
+    ------
+    VariableNotFoundError
+        A variable is missing from ``pred`` or ``truth``.
+    DimensionError, CoordinateError
+        Prediction and truth have different dimensions or share no coordinates.
+    EmptyDataError
+        No point has a finite truth (and prediction).
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr
+    >>> pred = xr.Dataset(
+    ...     {"t2m_mean": ("station", [1.0, 2.0, 3.0]), "t2m_std": ("station", [1.0, 1.0, 1.0])}
+    ... )
+    >>> truth = xr.Dataset({"t2m": ("station", [1.0, 4.0, np.nan])})
+    >>> scores = evaluate(pred, truth)
+    >>> float(scores.t2m_rmse), float(scores.t2m_mae), int(scores.t2m_n)
+    (1.4142135623730951, 1.0, 2)
+    >>> float(scores.t2m_coverage_95)
+    0.5
+    """
+    if not isinstance(pred, xr.Dataset):
+        raise ConfigError(
+            f"pred must be the Dataset returned by xnp.predict ({{var}}_mean, {{var}}_std); "
+            f"got {type(pred)}."
+        )
+    truth_ds = _truth_dataset(truth, _prediction_variables(pred))
+    names = _resolve(pred, truth_ds, variables)
+    out: dict[str, xr.DataArray] = {}
+    reduced: set[Hashable] = set()
+    for v in names:
+        y, mu, sigma = _pair(pred, truth_ds, v)
+        dims = _reduce_dims(mu.dims, dim)
+        reduced.update(dims)
+        n = _pointwise(_score_valid, y, mu, sigma).sum(dims)
+        if not _is_lazy(y, mu, sigma) and int(n.sum()) == 0:
+            raise EmptyDataError(
+                f"{v!r}: no point has both a finite truth and a finite prediction "
+                f"({y.size} points compared); nothing to score. Check the selection and "
+                "that the prediction covers the observed places and times."
+            )
+        has = n > 0
+        sums = {k: _pointwise(fn, y, mu, sigma).sum(dims) for k, fn in _SUMMED.items()}
+        means = {k: s.where(has) / n.where(has) for k, s in sums.items()}
+        units = truth_ds[v].attrs.get("units", pred[f"{v}_mean"].attrs.get("units"))
+        label = truth_ds[v].attrs.get("long_name", v)
+        metrics = {
+            "rmse": (np.sqrt(means["se"]), "root-mean-square error", units),
+            "mae": (means["ae"], "mean absolute error", units),
+            "crps": (means["crps"], "mean continuous ranked probability score", units),
+            "nll": (means["nll"], "mean Gaussian negative log-likelihood (nats)", None),
+        }
+        for p in COVERAGE_LEVELS:
+            key = f"coverage_{round(100 * p)}"
+            what = f"fraction inside the central {round(100 * p)} % predictive interval"
+            metrics[key] = (means[key], what, "1")
+        metrics["n"] = (n.astype(np.int64), "number of points scored", "1")
+        for metric in METRICS:
+            values, what, unit = metrics[metric]
+            attrs = {"long_name": f"{what} of {label}"}
+            if unit is not None:
+                attrs["units"] = unit
+            out[f"{v}_{metric}"] = values.rename(f"{v}_{metric}").assign_attrs(attrs)
+    attrs = {
+        "xnp_evaluated_variables": " ".join(names),
+        "xnp_reduced_dims": " ".join(str(d) for d in sorted(reduced, key=str)),
+    }
+    return xr.Dataset(out, attrs=attrs)
+
+
+def pit(
+    pred: xr.Dataset,
+    truth: xr.Dataset | xr.DataArray,
+    *,
+    variables: str | Sequence[str] | None = None,
+) -> xr.Dataset:
+    """Probability integral transform ``Φ((y − μ)/σ)`` of every point.
+
+    Calibrated predictions give PIT values uniform on [0, 1]; a U shape means
+    over-confident (too small) std, a hump under-confident, a slope a biased mean.
+
+    Parameters
+    ----------
+    pred, truth, variables
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    Dataset
+        ``{var}_pit`` on the aligned coordinates of prediction and truth; NaN where
+        the truth or prediction is missing.  Lazy for dask-backed inputs.
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> pred = xr.Dataset({"v_mean": ("x", [0.0, 0.0]), "v_std": ("x", [1.0, 2.0])})
+    >>> pit(pred, xr.Dataset({"v": ("x", [0.0, 2.0])})).v_pit.values.round(3).tolist()
+    [0.5, 0.841]
+    """
+    if not isinstance(pred, xr.Dataset):
+        raise ConfigError(f"pred must be a Dataset holding {{var}}_mean/_std; got {type(pred)}.")
+    truth_ds = _truth_dataset(truth, _prediction_variables(pred))
+    out = {}
+    for v in _resolve(pred, truth_ds, variables):
+        y, mu, sigma = _pair(pred, truth_ds, v)
+        label = truth_ds[v].attrs.get("long_name", v)
+        out[f"{v}_pit"] = _pointwise(_score_pit, y, mu, sigma).assign_attrs(
+            long_name=f"probability integral transform of {label}", units="1"
+        )
+    return xr.Dataset(out)
+
+
+def plot_calibration(
+    pred: xr.Dataset,
+    truth: xr.Dataset | xr.DataArray,
+    ax: Sequence[Any] | None = None,
+    *,
+    variables: str | Sequence[str] | None = None,
+    bins: int = 10,
+) -> tuple[Any, Any]:
+    """Draw the PIT histogram and the reliability curve of the predictions.
+
+    Left: histogram of the PIT values (:func:`pit`) as a density, flat at 1 for
+    calibrated predictions.  Right: observed coverage of the central predictive
+    intervals against their nominal level (5 % … 95 %), on the diagonal for
+    calibrated predictions (below it: over-confident).  Needs matplotlib.
+
+    Parameters
+    ----------
+    pred, truth, variables
+        As for :func:`evaluate`; each variable is drawn in its own colour.
+    ax : pair of matplotlib Axes, optional
+        Where to draw the histogram and the reliability curve; default a new
+        figure with two panels, made without pyplot (like every figure of
+        :mod:`xnp.plot`: nothing is registered with pyplot, so nothing leaks).
+    bins : int
+        Number of histogram bins.
+
+    Returns
+    -------
+    (Axes, Axes)
+        The histogram and reliability axes (``axes[0].figure`` is their figure).
+
+    Raises
+    ------
+    MissingDependencyError
+        If matplotlib is not installed (``pip install xnp[plot]``).
+
+    Examples
+    --------
+    >>> import io, numpy as np, xarray as xr
+    >>> rng = np.random.default_rng(0)
+    >>> pred = xr.Dataset({"v_mean": ("x", np.zeros(200)), "v_std": ("x", np.ones(200))})
+    >>> truth = xr.Dataset({"v": ("x", rng.normal(size=200))})
+    >>> hist_ax, rel_ax = plot_calibration(pred, truth)
+    >>> rel_ax.get_xlabel()
+    'nominal coverage'
+    >>> hist_ax.figure.savefig(io.BytesIO(), format="png")
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:  # pragma: no cover - exercised only without matplotlib
+        raise MissingDependencyError(
+            "plot_calibration needs matplotlib; install it with `pip install 'xnp[plot]'` "
+            "(or `pip install matplotlib`)."
+        ) from err
+    if ax is None:
+        fig = Figure(figsize=(9.0, 3.8), layout="constrained")
+        hist_ax, rel_ax = fig.subplots(1, 2)
+    else:
+        if len(ax) != 2:
+            raise ConfigError(f"ax must be a pair of Axes (histogram, reliability); got {ax!r}.")
+        hist_ax, rel_ax = ax
+    values = pit(pred, truth, variables=variables).compute()
+    levels = np.linspace(0.05, 0.95, 19)
+    for name, da in values.data_vars.items():
+        u = da.values.ravel()
+        u = u[np.isfinite(u)]
+        if u.size == 0:
+            raise EmptyDataError(f"{name}: no point with both a finite truth and prediction.")
+        label = str(name)[: -len("_pit")]
+        hist_ax.hist(u, bins=bins, range=(0.0, 1.0), density=True, histtype="step", label=label)
+        observed = [(np.abs(u - 0.5) <= 0.5 * p).mean() for p in levels]
+        rel_ax.plot(levels, observed, marker="o", markersize=3, label=label)
+    hist_ax.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
+    hist_ax.set(xlabel="PIT", ylabel="density", xlim=(0.0, 1.0), title="PIT histogram")
+    rel_ax.plot([0.0, 1.0], [0.0, 1.0], color="0.5", linestyle="--", linewidth=1)
+    rel_ax.set(
+        xlabel="nominal coverage",
+        ylabel="observed coverage",
+        xlim=(0.0, 1.0),
+        ylim=(0.0, 1.0),
+        title="reliability of central intervals",
+    )
+    if len(values.data_vars) > 1:
+        rel_ax.legend()
+    return hist_ax, rel_ax
