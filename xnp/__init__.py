@@ -8,10 +8,11 @@ from xnp.points import Points
 
 __version__ = "0.1.0.dev0"
 
-from xnp import datasets
+from xnp import baselines, datasets, plot, validation
 from xnp.accessor import NPDataArrayAccessor, NPDatasetAccessor
 from xnp.api import fit
 from xnp.estimator import NeuralProcess, load
+from xnp.evaluate import evaluate
 from xnp.models.registry import available_models
 from xnp.prediction import predict
 from xnp.train import TrainConfig
@@ -27,8 +28,12 @@ __all__ = [
     "XnpWarning",
     "__version__",
     "available_models",
+    "baselines",
     "datasets",
+    "evaluate",
     "fit",
     "load",
+    "plot",
     "predict",
+    "validation",
 ]
