@@ -44,6 +44,15 @@ from xnp.train import TrainConfig
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE = Path.home() / ".cache" / "xnp" / "regional_era5"
 RADII_KM = (150.0, 300.0, 600.0)
+NOTE = (
+    "Regional prediction changes the 300 km forecasts by 0.005 K RMS (0.5 % of the predictive "
+    "std), and not at all at 600 km, where every chunk's radius reaches all the context in "
+    "this 900 km box; accuracy against the truth is the same on every path. On a domain this "
+    "small it is slower, not faster: the exact path predicts the 1,617 cells as one chunk, the "
+    "regional path in chunks no wider than the radius, each conditioned separately, and new "
+    "context sizes compile new shapes (times measured while other jobs shared the 2 cores). "
+    "Regional inference pays off at scale: see the predict_scale section."
+)
 
 
 def open_era5() -> xr.Dataset:
@@ -162,7 +171,7 @@ def main() -> None:
         "days 1–16 (validation "
         f"NLL {float(best.val_nll):.3f}). Test: the full 33 × 49 grid at 12 times of days "
         "19–21 from 10 % of the cells or from the cells at the 250 HadISD sites; Δ is regional "
-        "minus exact.\n\n" + table + "\n"
+        "minus exact.\n\n" + table + "\n\n" + NOTE + "\n"
     )
     if not args.no_write:
         write_section("regional_era5", text)
