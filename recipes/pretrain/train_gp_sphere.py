@@ -79,20 +79,16 @@ def oracle_nll(batch: Batch, p: dict) -> np.ndarray:
     out = []
     for b in range(BATCH):
         m = np.asarray(batch.context.mask[b])
-        sc = np.asarray(batch.context.s[b])[m]
-        st = np.asarray(batch.target.s[b])
-        xc = np.asarray(latlon_to_xyz(sc[:, 0], sc[:, 1]), np.float64)
-        xt = np.asarray(latlon_to_xyz(st[:, 0], st[:, 1]), np.float64)
+        sc, st = batch.context.s[b], batch.target.s[b]
+        # kernels on the padded, fixed-size point sets (one compilation), then subset
+        xc, xt = latlon_to_xyz(sc[:, 0], sc[:, 1]), latlon_to_xyz(st[:, 0], st[:, 1])
         kind = VALID_TASKS.kernels[int(p["kernel"][b])]
         ell, noise, scale = (float(p[k][b]) for k in ("lengthscale", "noise", "scale"))
-
-        def kern(a, c, ell=ell, kind=kind):
-            return np.asarray(matern_kernel(a, c, ell, kind), np.float64)
-
+        k_cc = np.asarray(matern_kernel(xc, xc, ell, kind), np.float64)[np.ix_(m, m)]
+        k_tc = np.asarray(matern_kernel(xt, xc, ell, kind), np.float64)[:, m]
+        k_cc += (noise**2 + 1e-4) * np.eye(len(k_cc))
         # the standardised values z = (y - mean) / scale have prior mean -mean/scale
         prior = -float(p["mean"][b]) / scale
-        k_cc = kern(xc, xc) + (noise**2 + 1e-4) * np.eye(len(xc))
-        k_tc = kern(xt, xc)
         zc = np.asarray(batch.context.f[b, :, 0])[m]
         chol = np.linalg.cholesky(k_cc)
         alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, (zc - prior) * scale))
