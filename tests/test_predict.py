@@ -259,3 +259,16 @@ def test_zero_shot_flag_survives_save_and_load(model, tmp_path):
     assert xnp_load(model.save(tmp_path / "f")).normalise == "fitted"
     with pytest.raises(ConfigError, match="normalise"):
         NeuralProcess.init(model.config, model.normaliser, ["v"], normalise="sometimes")
+
+
+def test_coordinate_names_of_the_training_data_are_hints_not_requirements(model, data):
+    named = NeuralProcess(
+        model.config, model.params_, normaliser=model.normaliser, variables=["t2m"],
+        coords={"lat": "latitude", "lon": "longitude"},
+    )  # fmt: skip
+    t0 = data.time.values[0]
+    xr.testing.assert_allclose(predict(named, data, grid(), time=t0),
+                               predict(model, data, grid(), time=t0))  # fmt: skip
+    renamed = data.rename(lat="latitude", lon="longitude")
+    out = predict(named, renamed, grid().rename(lat="latitude", lon="longitude"), time=t0)
+    assert out["t2m_mean"].dims == ("latitude", "longitude")

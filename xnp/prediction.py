@@ -183,7 +183,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     for v in variables:
         if not zero_shot:
             model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
-    ps = to_points(data, variables, covariates=model.covariates, **_names(model))
+    ps = to_points(data, variables, covariates=model.covariates, **_names(model, data))
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         stats = {}
         for j, v in enumerate(variables):
@@ -203,7 +203,7 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
          ) -> xr.Dataset:  # fmt: skip
     """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
     model = ctx.model
-    tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model))
+    tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model, template))
     if opts.chunks:
         state = None if opts.radius_km is not None else ctx.state()
         payload = _Payload(ctx.predictor, state, tgt_ps, ctx.points, opts.radius_km, model,
@@ -222,10 +222,19 @@ def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options
     return _run(_context(model, data, opts), template, opts)
 
 
-def _names(model: Any) -> dict[str, Any]:
-    """Explicit coordinate names recorded at fit time (lat/lon/elevation), if any."""
+def _names(model: Any, data: xr.Dataset) -> dict[str, Any]:
+    """Coordinate names recorded at fit time (lat/lon/elevation) that ``data`` has.
+
+    They disambiguate (e.g. two latitude-like coordinates); data that name their
+    coordinates differently from the training data fall back to detection.
+    """
     coords = getattr(model, "coords", {}) or {}
-    return {k: coords[k] for k in ("lat", "lon", "elevation") if isinstance(coords.get(k), str)}
+    present = set(map(str, data.variables))
+    return {
+        k: coords[k]
+        for k in ("lat", "lon", "elevation")
+        if isinstance(coords.get(k), str) and coords[k] in present
+    }
 
 
 def predict(
@@ -292,7 +301,7 @@ def predict(
     chunks = dict(chunks or template.attrs.pop("_xnp_chunks", {}) or {})
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress)
-    layout = find_coords(data, model.variables[0], **_names(model))
+    layout = find_coords(data, model.variables[0], **_names(model, data))
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task
     if isinstance(task, ForecastTasks):
