@@ -56,7 +56,14 @@ from xnp.errors import (
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.infer import _xyz
-from xnp.prediction import _add_hours, _as_dataset, _at_time, _lead_hours, _template
+from xnp.prediction import (
+    _add_hours,
+    _as_dataset,
+    _at_time,
+    _lead_hours,
+    _template,
+    forecast_layout,
+)
 
 __all__ = [
     "GPHyperparameters",
@@ -831,19 +838,7 @@ class Persistence:
         for t0 in inits:
             per_lead = [self._frame(history, spatial, t0, _add_hours(t0, float(h))) for h in leads]
             results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[t0]))
-        out = xr.concat(results, dim="init_time")
-        valid = np.array([[_add_hours(t, float(h)) for h in leads] for t in out.init_time.values])
-        out = out.assign_coords(valid_time=(("init_time", "lead_time"), valid))
-        out["init_time"].attrs.update(
-            long_name="forecast initialisation time (last context frame)"
-        )
-        out["lead_time"].attrs.update(long_name="forecast lead time")
-        out["valid_time"].attrs.update(long_name="time the forecast is valid for")
-        if scalar_lead:
-            out = out.squeeze("lead_time")
-        if scalar_init:
-            out = out.squeeze("init_time")
-        return out
+        return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
 
 
 def _as_times(time: Any, dtype: np.dtype) -> tuple[np.ndarray, bool]:

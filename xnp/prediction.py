@@ -438,6 +438,18 @@ def _forecast(
             out = _run(ctx, tmpl, opts, t_target=float(lead))
             per_lead.append(out.drop_vars(layout.time, errors="ignore"))
         results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[times[i]]))
+    return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
+
+
+def forecast_layout(
+    results: list[xr.Dataset], leads: np.ndarray, *, scalar_init: bool, scalar_lead: bool
+) -> xr.Dataset:
+    """Concatenate per-init-time forecasts (each on ``lead_time``) and label them.
+
+    Adds ``valid_time = init_time + lead_time`` and long names; squeezes
+    ``init_time``/``lead_time`` to scalar coordinates when asked for a scalar.
+    Shared by forecast models and the persistence baseline.
+    """
     out = xr.concat(results, dim="init_time")
     valid = np.array([[_add_hours(t, float(h)) for h in leads] for t in out.init_time.values])
     out = out.assign_coords(valid_time=(("init_time", "lead_time"), valid))
