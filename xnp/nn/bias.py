@@ -1,6 +1,6 @@
 """Attention biases from distances: RBF networks in space and time.
 
-The bias of head ``h`` between query point ``i`` and key point ``j`` is
+The bias of head ``h`` between query point ``i`` and key point ``j`` is::
 
     B_ij^(h) = Σ_f a_hf · exp(-b_hf · (d_s(i, j) / L_s)²)          (space)
              + Σ_f a'_hf · exp(-b'_hf · (|t_i - t_j| / L_t)²)       (time)
