@@ -15,6 +15,7 @@ from xnp.estimator import NeuralProcess, load
 from xnp.evaluate import evaluate
 from xnp.models.registry import available_models
 from xnp.prediction import predict
+from xnp.pretrained import available_pretrained, pretrained
 from xnp.train import TrainConfig
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "XnpWarning",
     "__version__",
     "available_models",
+    "available_pretrained",
     "baselines",
     "datasets",
     "evaluate",
@@ -35,5 +37,6 @@ __all__ = [
     "load",
     "plot",
     "predict",
+    "pretrained",
     "validation",
 ]
