@@ -1,5 +1,3 @@
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,12 +9,11 @@ from xnp.geo import great_circle_distance
 from xnp.infer import (
     Predictor,
     _cap,
-    _morton_order,
     _xyz,
     chunk_size_for_budget,
+    compact_chunks,
     parse_bytes,
     parse_distance_km,
-    regional_spans,
 )
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
@@ -71,11 +68,9 @@ def test_regional_chunks_see_every_context_point_within_radius(model, monkeypatc
     original = pred.condition
     monkeypatch.setattr(pred, "condition", lambda c: (seen.append(c), original(c))[1])
     pred.predict(ctx, tgt, context_radius_km=radius)
-    order = _morton_order(np.asarray(tgt.s[0, :, 0]), np.asarray(tgt.s[0, :, 1]))
-    spans = regional_spans(_xyz(np.asarray(tgt.s[0])[order]), 64, radius)
-    assert len(spans) == len(seen)
-    for (start, stop), sub in zip(spans, seen, strict=True):
-        idx = order[start:stop]
+    chunks = compact_chunks(_xyz(np.asarray(tgt.s[0])), 64, radius)
+    assert len(chunks) == len(seen)
+    for idx, sub in zip(chunks, seen, strict=True):
         d = great_circle_distance(
             tgt.s[0, idx, 0][:, None],
             tgt.s[0, idx, 1][:, None],
@@ -134,16 +129,17 @@ def test_parsers():
         parse_distance_km(0.0)
 
 
-def test_regional_spans_are_compact_and_cover_everything():
+def test_compact_chunks_partition_the_points_into_small_caps():
     rng = np.random.default_rng(0)
     s = np.stack([rng.uniform(-80, 80, 5000), rng.uniform(-180, 180, 5000)], -1)
-    order = _morton_order(s[:, 0], s[:, 1])
-    xyz = _xyz(s[order])
-    spans = regional_spans(xyz, 4096, 500.0, min_size=32)
-    assert spans[0][0] == 0
-    assert spans[-1][1] == 5000
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
-    for start, stop in spans:
-        assert stop - start <= 4096
-        assert stop - start <= 32 or _cap(xyz[start:stop])[1] * 6371.0 <= 500.0
-    assert len(regional_spans(xyz, 4096, 1e5)) == 2  # a huge radius keeps the chunk size
+    xyz = _xyz(s)
+    chunks = compact_chunks(xyz, 512)
+    np.testing.assert_array_equal(np.sort(np.concatenate(chunks)), np.arange(5000))
+    sizes = sorted(len(c) for c in chunks)
+    assert sizes[1:] == [512] * (len(chunks) - 1)  # one compiled shape (and one remainder)
+    # compact: 512 of 5000 points spread over the globe cover about a tenth of it
+    assert max(_cap(xyz[c])[1] for c in chunks) < 1.2  # radians; a tenth-area cap is 0.64
+    narrow = compact_chunks(xyz, 4096, 500.0, min_size=32)
+    np.testing.assert_array_equal(np.sort(np.concatenate(narrow)), np.arange(5000))
+    for c in narrow:
+        assert len(c) <= 32 or _cap(xyz[c])[1] * 6371.0 <= 500.0

@@ -8,12 +8,13 @@ Array-level (no xarray): :class:`Predictor` wraps a model that has the split API
   peak memory is set by the chunk size, which is chosen from a memory budget.
   Targets are conditionally independent given the context, so the result equals
   one-shot prediction.
-* **Regional path.**  With ``context_radius_km``, targets are ordered along a
-  space-filling curve and cut into chunks no wider than the radius
-  (:func:`regional_spans`); each chunk is conditioned only on the context points
+* **Regional path.**  With ``context_radius_km``, targets are cut by a
+  balanced k-d split into compact chunks of one size, no wider than the radius
+  (:func:`compact_chunks`); each chunk is conditioned only on the context points
   within the radius of the chunk's bounding cap (scipy KD-tree on unit-sphere
-  xyz).  Context subsets and target chunks are padded to power-of-two sizes, so
-  the number of compilations stays logarithmic in the sizes.
+  xyz).  Context subsets are padded on the host to a few bucket sizes
+  (multiples of 128, then of the 1024-point attention tile), so compilations
+  stay few and padding wastes little.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from scipy.spatial import cKDTree
@@ -38,9 +38,9 @@ from xnp.points import Points
 __all__ = [
     "Predictor",
     "chunk_size_for_budget",
+    "compact_chunks",
     "parse_bytes",
     "parse_distance_km",
-    "regional_spans",
 ]
 
 _UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -110,24 +110,30 @@ def chunk_size_for_budget(config: Any, budget_bytes: int, *, multiple: int = 256
     return int(free // per_point // multiple * multiple)
 
 
+_FIELDS = ("s", "t", "x", "f", "mask")
+
+
 def _pad_points(points: Points, n: int) -> Points:
     return points.pad_to(n) if points.size < n else points
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
-    """Next power of two ≥ n (at least ``minimum``)."""
-    return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+    """Padded size for ``n`` points: few distinct sizes, little waste.
 
+    Powers of two up to ``minimum``; then multiples of 128 up to 1024; then
+    multiples of 1024 (the attention tile), so 100,000 points pad to 100,352,
+    not 131,072.
 
-def _morton_order(lat: np.ndarray, lon: np.ndarray, bits: int = 16) -> np.ndarray:
-    """Indices that sort points along a Z-order curve of (lat, lon): compact chunks."""
-    yi = np.clip((lat + 90.0) / 180.0 * (2**bits - 1), 0, 2**bits - 1).astype(np.uint64)
-    xi = np.clip((lon + 180.0) / 360.0 * (2**bits - 1), 0, 2**bits - 1).astype(np.uint64)
-    code = np.zeros_like(xi)
-    for b in range(bits):
-        code |= ((xi >> np.uint64(b)) & np.uint64(1)) << np.uint64(2 * b)
-        code |= ((yi >> np.uint64(b)) & np.uint64(1)) << np.uint64(2 * b + 1)
-    return np.argsort(code, kind="stable")
+    Examples
+    --------
+    >>> [_bucket(n) for n in (10, 300, 1000, 1025, 100_000)]
+    [256, 384, 1024, 2048, 100352]
+    """
+    n = max(n, 1)
+    if n <= minimum:
+        return max(minimum, 1 << math.ceil(math.log2(n)))
+    step = 128 if n <= 1024 else 1024
+    return -(-n // step) * step
 
 
 @functools.lru_cache(maxsize=16)
@@ -145,34 +151,58 @@ def _cap(xyz: np.ndarray) -> tuple[np.ndarray, float]:
     return centre, float(np.max(np.arccos(np.clip(xyz @ centre, -1.0, 1.0))))
 
 
-def regional_spans(
-    xyz: np.ndarray, chunk_size: int, radius_km: float, *, min_size: int = 256
-) -> list[tuple[int, int]]:
-    """Cut points sorted along a space-filling curve into spatially compact chunks.
+def compact_chunks(
+    xyz: np.ndarray, chunk_size: int, radius_km: float | None = None, *, min_size: int = 64
+) -> list[np.ndarray]:
+    """Split points (unit vectors ``[N, 3]``) into spatially compact chunks.
 
-    Chunks of ``chunk_size`` are halved while their cap is wider than the
-    context radius (and they hold more than ``min_size`` points), so a chunk's
-    context (its cap widened by the radius) stays regional even when the
-    targets are sparse.
+    A balanced k-d split: a set larger than ``chunk_size`` is cut at the
+    ``chunk_size``-multiple nearest its median along its widest axis, so all
+    chunks but one hold exactly ``chunk_size`` points (one compiled shape).
+    With ``radius_km``, chunks wider than the radius are halved further (down to
+    ``min_size`` points), so a chunk's context (its cap widened by the radius)
+    stays regional where targets are sparse.
 
     Examples
     --------
     >>> lat = np.linspace(50.0, 58.0, 1000)
     >>> xyz = _xyz(np.stack([lat, np.zeros_like(lat)], -1))
-    >>> regional_spans(xyz, 1000, 300.0)  # 890 km of targets, halved once
-    [(0, 500), (500, 1000)]
+    >>> [len(c) for c in compact_chunks(xyz, 256)]
+    [256, 256, 256, 232]
+    >>> max(_cap(xyz[c])[1] for c in compact_chunks(xyz, 1000, 300.0)) * 6371 < 300
+    True
     """
-    limit = radius_km / EARTH_RADIUS_KM
-    todo = [(a, min(a + chunk_size, len(xyz))) for a in range(0, len(xyz), chunk_size)]
-    spans = []
+    limit = None if radius_km is None else radius_km / EARTH_RADIUS_KM
+    chunks, todo = [], [np.arange(len(xyz))]
     while todo:
-        start, stop = todo.pop(0)
-        if stop - start > min_size and _cap(xyz[start:stop])[1] > limit:
-            middle = (start + stop) // 2
-            todo[:0] = [(start, middle), (middle, stop)]
+        idx = todo.pop()
+        pts = xyz[idx]
+        too_wide = limit is not None and idx.size > min_size and _cap(pts)[1] > limit
+        if idx.size <= chunk_size and not too_wide:
+            chunks.append(idx)
+            continue
+        axis = int(np.argmax(pts.max(0) - pts.min(0)))
+        if idx.size > chunk_size:
+            left = (-(-idx.size // chunk_size) // 2) * chunk_size
         else:
-            spans.append((start, stop))
-    return spans
+            left = idx.size // 2
+        part = np.argpartition(pts[:, axis], left - 1)
+        todo += [idx[part[left:]], idx[part[:left]]]
+    return chunks
+
+
+def _host_pad(arrays: dict[str, np.ndarray], n: int) -> Points:
+    """:class:`Points` from numpy fields ``[1, k, ...]`` padded on the host to ``n`` points.
+
+    Padding in numpy (mask False) and one ``device_put`` avoid compiling a pad
+    for every new size.
+    """
+    k = arrays["mask"].shape[1]
+    padded = {
+        name: np.pad(a, [(0, 0), (0, n - k)] + [(0, 0)] * (a.ndim - 2))
+        for name, a in arrays.items()
+    }
+    return Points(**jax.device_put(padded))
 
 
 def _xyz(s: np.ndarray) -> np.ndarray:
@@ -276,15 +306,13 @@ class Predictor:
         if valid.size == 0:
             raise EmptyDataError("the context holds no valid point; nothing to condition on.")
         tree = cKDTree(_xyz(ctx.s[valid]))
-        tgt_s = np.asarray(targets.s[0])
-        order = _morton_order(tgt_s[:, 0], tgt_s[:, 1])
-        mean = np.zeros((targets.size, targets.f.shape[-1]), np.float32)
+        tgt = {k: np.asarray(getattr(targets, k)) for k in _FIELDS}
+        mean = np.zeros((targets.size, tgt["f"].shape[-1]), np.float32)
         std = np.zeros_like(mean)
-        xyz_all = _xyz(tgt_s[order])
-        spans = regional_spans(xyz_all, self.chunk_size, radius_km)
-        for start, stop in tqdm(spans, desc="predicting", disable=not self.progress):
-            idx = order[start:stop]
-            centre, cap = _cap(xyz_all[start:stop])
+        xyz = _xyz(tgt["s"][0])
+        chunks = compact_chunks(xyz, self.chunk_size, radius_km)
+        for idx in tqdm(chunks, desc="predicting", disable=not self.progress):
+            centre, cap = _cap(xyz[idx])
             angle = min(cap + radius_km / EARTH_RADIUS_KM, np.pi)
             near = valid[tree.query_ball_point(centre, 2.0 * np.sin(angle / 2.0) + 1e-9)]
             if near.size == 0:
@@ -292,11 +320,12 @@ class Predictor:
                     f"no context point lies within {radius_km:g} km of the targets near "
                     f"lat={np.rad2deg(np.arcsin(centre[2])):.2f}; increase context_radius."
                 )
-            sub = jax.tree.map(lambda a, near=near: jnp.asarray(a[None, np.sort(near)]), ctx)
+            near = np.sort(near)
+            sub = _host_pad({k: getattr(ctx, k)[None, near] for k in _FIELDS}, _bucket(near.size))
             state = self.condition(sub)
-            chunk = jax.tree.map(lambda a, idx=idx: a[:, idx], targets)
             size = min(self.chunk_size, _bucket(idx.size, minimum=64))
-            m, s = self._predict(self.params, state, _pad_points(chunk, size))
+            chunk = _host_pad({k: a[:, idx] for k, a in tgt.items()}, size)
+            m, s = self._predict(self.params, state, chunk)
             mean[idx] = np.asarray(m[0, : idx.size])
             std[idx] = np.asarray(s[0, : idx.size])
         return mean[None], std[None]
