@@ -51,16 +51,16 @@ def test_kernels_are_correlations_and_positive_definite():
         SphereFieldTasks(cap_km=(0.0, 10.0))
 
 
-@pytest.mark.parametrize("kernel", ["matern12", "matern32", "rbf"])
+@pytest.mark.parametrize("kernel", ["matern12", "rbf"])
 def test_fourier_fields_have_the_kernel_covariance(kernel):
     from xnp.data.gp import _fourier_field
 
-    tasks = SphereFieldTasks(kernels=(kernel,), method="fourier", n_features=256)
+    tasks = SphereFieldTasks(kernels=(kernel,), method="fourier", n_features=128)
     x = jax.random.normal(jax.random.key(3), (12, 3))
     x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
     ell = jnp.float32(0.6)
     draw = jax.jit(jax.vmap(lambda k: _fourier_field(k, x, ell, jnp.int32(0), tasks)))
-    f = draw(jax.random.split(jax.random.key(4), 20_000))
+    f = draw(jax.random.split(jax.random.key(4), 8_000))
     empirical = f.T @ f / f.shape[0]
     np.testing.assert_allclose(empirical, matern_kernel(x, x, ell, kernel), atol=0.05)
 
