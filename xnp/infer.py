@@ -13,8 +13,8 @@ Array-level (no xarray): :class:`Predictor` wraps a model that has the split API
   (:func:`compact_chunks`); each chunk is conditioned only on the context points
   within the radius of the chunk's bounding cap (scipy KD-tree on unit-sphere
   xyz).  Context subsets are padded on the host to a few bucket sizes
-  (multiples of 128, then of the 1024-point attention tile), so compilations
-  stay few and padding wastes little.
+  (2^k and 1.5·2^k up to 1024, then multiples of the 1024-point attention
+  tile), so compilations stay few and padding wastes little.
 """
 
 from __future__ import annotations
@@ -120,9 +120,10 @@ def _pad_points(points: Points, n: int) -> Points:
 def _bucket(n: int, minimum: int = 256) -> int:
     """Padded size for ``n`` points: few distinct sizes, little waste.
 
-    Powers of two up to ``minimum``; then multiples of 128 up to 1024; then
-    multiples of 1024 (the attention tile), so 100,000 points pad to 100,352,
-    not 131,072.
+    Powers of two up to ``minimum``; then powers of two and 1.5× powers of two
+    up to 1024 (each compiled size costs a compilation of ``condition`` and one of
+    ``predict`` per target size, so they are kept few); then multiples of 1024
+    (the attention tile), so 100,000 points pad to 100,352, not 131,072.
 
     Examples
     --------
@@ -132,8 +133,10 @@ def _bucket(n: int, minimum: int = 256) -> int:
     n = max(n, 1)
     if n <= minimum:
         return max(minimum, 1 << math.ceil(math.log2(n)))
-    step = 128 if n <= 1024 else 1024
-    return -(-n // step) * step
+    if n <= 1024:
+        power = 1 << math.ceil(math.log2(n))
+        return power * 3 // 4 if n <= power * 3 // 4 else power
+    return -(-n // 1024) * 1024
 
 
 @functools.lru_cache(maxsize=16)
