@@ -45,6 +45,13 @@ def test_zero_shot_interpolation_beats_the_context_mean(model):
     )
     assert rmse < 0.8 * baseline
     assert pred.field_mean.attrs["units"] == "K"
+    # without any fitting, better calibrated than inverse-distance weighting
+    truth = ds.where(held_out)
+    idw = xnp.baselines.InverseDistanceWeighting().predict(ds[["field"]].where(mask),
+                                                           ds.drop_vars("field"))  # fmt: skip
+    ours = xnp.evaluate(pred.where(held_out), truth)
+    assert float(ours.field_nll) < float(xnp.evaluate(idw.where(held_out), truth).field_nll)
+    assert 0.8 < float(ours.field_coverage_95) <= 1.0
 
 
 def test_zero_shot_predictions_move_with_the_field(model):
