@@ -137,7 +137,10 @@ SPATIAL_SCALE_KM = 150.0
 CONTEXT_FRACTION = (0.005, 0.3)
 
 
-def fitted_model(era5: xr.Dataset, steps: int, retrain: bool, cache: Path) -> xnp.NeuralProcess:
+def fitted_model(
+    era5: xr.Dataset, steps: int, retrain: bool, cache: Path
+) -> tuple[xnp.NeuralProcess, bool]:
+    """The cached model if it was fitted with these settings, else a new fit; and whether new."""
     config = BSATNPConfig.tiny(
         n_blocks=3, n_heads=4, dim_token=32, dim_attn=32, embed_hidden=(64,),
         ffn_hidden=64, head_hidden=(64,), n_basis_space=5, spatial_scale=SPATIAL_SCALE_KM,
@@ -152,7 +155,7 @@ def fitted_model(era5: xr.Dataset, steps: int, retrain: bool, cache: Path) -> xn
             and tuple(run["task"]["context_fraction"]) == CONTEXT_FRACTION
         )
         if same:
-            return model
+            return model, False
         print("the cached model was fitted with other settings: refitting")
     train = era5.isel(time=slice(0, 16 * 24))
     validation = era5.isel(time=slice(16 * 24, 18 * 24))
@@ -165,7 +168,7 @@ def fitted_model(era5: xr.Dataset, steps: int, retrain: bool, cache: Path) -> xn
     )  # fmt: skip
     print(f"fitted {steps} steps in {model.training['seconds']:.0f} s")
     model.save(cache)
-    return model
+    return model, True
 
 
 def pretrained() -> tuple[xnp.NeuralProcess | None, str]:
@@ -349,6 +352,11 @@ def _vs(a: float, b: float, who: str, unit: str = "") -> str:
     return f"{a:.3f}{unit} against {b:.3f}{unit} for {who}, {100 * (a - b) / abs(b):+.0f} %"
 
 
+def _nll(a: float, b: float, who: str) -> str:
+    """NLL ``a`` against ``b`` for ``who``, saying which is better (lower)."""
+    return f"{a:.3f} against {b:.3f} for {who} ({'better' if a < b else 'worse'})"
+
+
 def summary(era5_rows: list, dist_rows: list, texas_rows: list, model: xnp.NeuralProcess) -> str:
     """The comparison paragraphs, computed from the tables."""
     by = {name: stats for name, stats, _ in era5_rows}
@@ -359,7 +367,7 @@ def summary(era5_rows: list, dist_rows: list, texas_rows: list, model: xnp.Neura
         "**ERA5 at the HadISD sites.** Against the best baseline for each score, the fitted "
         f"BSA-TNP's RMSE is {_vs(by[ours][0][0], by[best[0]][0][0], best[0], ' K')}; its "
         f"CRPS {_vs(by[ours][2][0], by[best[2]][2][0], best[2], ' K')}; its NLL "
-        f"{by[ours][3][0]:.3f} against {by[best[3]][3][0]:.3f} for {best[3]}. Its 90 % "
+        f"{_nll(by[ours][3][0], by[best[3]][3][0], best[3])}. Its 90 % "
         f"interval covers {by[ours][4][0]:.0%} of the truth. "
     )
     dist = dict(dist_rows)
@@ -380,12 +388,15 @@ def summary(era5_rows: list, dist_rows: list, texas_rows: list, model: xnp.Neura
             if n.startswith("xnp") and dist[n][-1][1] < 0.8 and dist[n][0][2] > 0
             and dist[n][-1][2] / dist[n][0][2] < dist[n][-1][0] / dist[n][0][0]
         ]  # fmt: skip
-        for n in short:
-            (e0, _, d0), (e1, f1, d1) = dist[n][0], dist[n][-1]
+        if short:
+            ratios = "; ".join(
+                f"{n}: std ×{dist[n][-1][2] / dist[n][0][2]:.1f}, error "
+                f"×{dist[n][-1][0] / dist[n][0][0]:.1f}"
+                for n in short
+            )
             text += (
-                f"The std of {n} grows less with the distance than its error does (×"
-                f"{d1 / d0:.1f} against ×{e1 / e0:.1f} from the nearest to the farthest bin; "
-                f"90 % coverage beyond 120 km {f1:.0%}). "
+                "From the nearest to the farthest bin xnp's std grows less than its error "
+                f"({ratios}): the main weakness here. "
             )
         if ours in short:
             text += (
@@ -426,7 +437,7 @@ def summary(era5_rows: list, dist_rows: list, texas_rows: list, model: xnp.Neura
         parts.append(
             f"{cv}: the zero-shot model's RMSE is "
             f"{_vs(tex[(cv, z)][0], tex[(cv, b_rmse)][0], b_rmse, ' °C')}; its NLL "
-            f"{tex[(cv, z)][3]:.3f} against {tex[(cv, b_nll)][3]:.3f} for {b_nll}; its 90 % "
+            f"{_nll(tex[(cv, z)][3], tex[(cv, b_nll)][3], b_nll)}; its 90 % "
             f"interval covers {tex[(cv, z)][4]:.0%}."
         )
     return text + "\n\n**Texas.** " + " ".join(p[0].upper() + p[1:] for p in parts)
@@ -454,7 +465,7 @@ def main() -> None:
     targets = truth.drop_vars("t2m").drop_dims("time")
     print(f"(a) ERA5 UK: {cells.size} station cells as context, {others.size} target cells, "
           f"{test_idx.size} test times")  # fmt: skip
-    model = fitted_model(era5, steps, args.retrain, cache)
+    model, fitted_now = fitted_model(era5, steps, args.retrain, cache)
     methods = {f"xnp BSA-TNP (fitted, {model.training['step']} steps)": np_predictor(model)}
     zero_shot, digest = pretrained()
     if zero_shot is not None:
@@ -494,7 +505,9 @@ def main() -> None:
     table_b = texas_table(texas_rows)
     print(table_b)
     total = time.perf_counter() - t_start
-    print(f"total {total / 60:.1f} min")
+    fit_min = model.training["seconds"] / 60
+    eval_min = total / 60 - (fit_min if fitted_now else 0.0)
+    print(f"total {total / 60:.1f} min (fit {fit_min:.1f} min, evaluation {eval_min:.1f} min)")
     write = not (args.no_write or args.quick)
     image = IMAGE if write else Path(tempfile.gettempdir()) / IMAGE.name
     plot_frame(era5, cells, int(frame), fields, pred_np.t2m_std.values, image)
@@ -508,8 +521,9 @@ def main() -> None:
     when = np.datetime_as_string(era5.time.values[frame], unit="m").replace("T", " ")
     text = (
         "## Station interpolation: xnp against kriging, IDW and exact GPs (issue 7)\n\n"
-        f"`{COMMAND}` (about {total / 60:.0f} min including the model fit; "
-        "`--quick` for a few-minute check)\n\n"
+        f"`{COMMAND}`: about {fit_min + eval_min:.0f} min, the fit ({fit_min:.0f} min; cached "
+        f"in `~/.cache/xnp/{CACHE.name}`, so reruns skip it) and {eval_min:.0f} min of "
+        "evaluation. `--quick` runs a few-minute check.\n\n"
         f"Machine: {machine()}; a shared machine, other jobs ran at the same time, so the "
         "times are indicative only.\n\n"
         "### (a) ERA5 UK 2 m temperature at the HadISD sites\n\n"
