@@ -126,8 +126,8 @@ class BSATNPConfig(ConfigIO):
     head_hidden: tuple[int, ...] = (256, 64)
     min_std: float = 1e-3
     attention: Literal["bsa", "dense"] = "bsa"
-    q_chunk: int = 1024
-    k_chunk: int = 1024
+    q_chunk: int = 512
+    k_chunk: int = 512
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     def __post_init__(self) -> None:

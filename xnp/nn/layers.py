@@ -77,8 +77,8 @@ class MultiHeadAttention(nnx.Module):
         d_out: int,
         *,
         kind: AttentionKind = "bsa",
-        q_chunk: int = 1024,
-        k_chunk: int = 1024,
+        q_chunk: int = 512,
+        k_chunk: int = 512,
         rngs: nnx.Rngs,
         dtype: Any = jnp.float32,
     ):
