@@ -37,6 +37,7 @@ class _NPAccessor:
         chunks: dict[str, int] | None = None,
         memory_budget: str | int = "1GiB",
         progress: bool = False,
+        context_sources: dict[str, Any] | None = None,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
@@ -47,7 +48,7 @@ class _NPAccessor:
         return prediction.predict(
             model, self._obj, targets, time=time, lead_time=lead_time,
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
-            progress=progress,
+            progress=progress, context_sources=context_sources,
         )  # fmt: skip
 
     def evaluate(
@@ -113,13 +114,14 @@ class NPDatasetAccessor(_NPAccessor):
         resume: bool = False,
         progress: bool = True,
         config: TrainConfig | None = None,
+        context_sources: dict[str, Any] | None = None,
     ) -> NeuralProcess:
         """Train a neural process to predict ``variable``; see :func:`xnp.api.fit`."""
         return api.fit(
             self._obj, variable, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
-            config=config,
+            config=config, context_sources=context_sources,
         )  # fmt: skip
 
 
@@ -158,11 +160,12 @@ class NPDataArrayAccessor(_NPAccessor):
         resume: bool = False,
         progress: bool = True,
         config: TrainConfig | None = None,
+        context_sources: dict[str, Any] | None = None,
     ) -> NeuralProcess:
         """Train a neural process on this DataArray; see :func:`xnp.api.fit`."""
         return api.fit(
             self._obj, None, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
-            config=config,
+            config=config, context_sources=context_sources,
         )  # fmt: skip

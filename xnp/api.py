@@ -15,7 +15,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import xarray as xr
 from flax import nnx
 
 from xnp import checkpoint as ckpt
-from xnp.data.batch import Batch
+from xnp.data.batch import Batch, source_channels
 from xnp.data.coords import find_coords, latlon, resolve_variables
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
 from xnp.data.sampler import TaskSampler
@@ -144,20 +144,71 @@ def _resize(points: Points, n: int) -> Points:
     return Points(**arrays)
 
 
-def _fixed(batch: Batch, nc: int, nt: int) -> Batch:
+def _fixed(batch: Batch, nc: int, nt: int, n_sources: int = 1) -> Batch:
+    """``batch`` padded to ``nc`` context and ``nt`` target points, with source channels."""
+
     def ids(a: Any, n: int) -> np.ndarray:
         a = np.asarray(a)
         return a[:, :n] if a.shape[1] >= n else np.pad(a, [(0, 0), (0, n - a.shape[1])])
 
+    def with_sources(points: Points, source: np.ndarray) -> Points:
+        if n_sources <= 1:
+            return points
+        return points.replace(x=source_channels(points.x, source, n_sources))
+
     y = np.asarray(batch.y)
     y = y[:, :nt] if y.shape[1] >= nt else np.pad(y, [(0, 0), (0, nt - y.shape[1]), (0, 0)])
+    c_ids, t_ids = ids(batch.context_source, nc), ids(batch.target_source, nt)
     return Batch(
-        context=_resize(batch.context, nc),
-        target=_resize(batch.target, nt),
+        context=with_sources(_resize(batch.context, nc), c_ids),
+        target=with_sources(_resize(batch.target, nt), t_ids),
         y=y,
-        context_source=ids(batch.context_source, nc),
-        target_source=ids(batch.target_source, nt),
+        context_source=c_ids,
+        target_source=t_ids,
     )
+
+
+#: Name of the source ``data`` itself among the sources of a multi-source model.
+MAIN_SOURCE = "data"
+
+
+def _context_sources(
+    sources: Mapping[str, xr.Dataset | xr.DataArray] | None,
+    variables: Sequence[str],
+    covariates: Sequence[str],
+) -> dict[str, xr.Dataset]:
+    """Check the extra context sources of ``fit`` and return them as Datasets."""
+    if sources is None:
+        return {}
+    if not isinstance(sources, Mapping):
+        raise ConfigError(
+            "context_sources must be a dict of name to Dataset, e.g. {'stations': st}; "
+            f"got {type(sources).__name__}."
+        )
+    out = {}
+    for name, src in sources.items():
+        if not isinstance(name, str) or not name or name == MAIN_SOURCE:
+            raise ConfigError(
+                f"context source names must be non-empty strings other than {MAIN_SOURCE!r} "
+                f"(the name of the data itself); got {name!r}."
+            )
+        if isinstance(src, xr.DataArray):
+            src = src.to_dataset(name=str(src.name if src.name is not None else variables[0]))
+        if not isinstance(src, xr.Dataset):
+            raise ConfigError(
+                f"context source {name!r} must be a Dataset or DataArray; "
+                f"got {type(src).__name__}."
+            )
+        missing = [v for v in variables if v not in src.data_vars]
+        if missing:
+            raise VariableNotFoundError(
+                f"context source {name!r} has no variable {missing}; it holds "
+                f"{list(src.data_vars)}. Rename it to match the data, e.g. "
+                f"src.rename({{'obs': {variables[0]!r}}})."
+            )
+        _check_covariates(src, covariates)
+        out[name] = src
+    return out
 
 
 def _check_covariates(data: xr.Dataset, covariates: Sequence[str]) -> None:
@@ -238,6 +289,7 @@ def fit(
     resume: bool = False,
     progress: bool = True,
     config: TrainConfig | None = None,
+    context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
 ) -> NeuralProcess:
     """Train a neural process on ``data`` to predict ``variable``.
 
@@ -280,6 +332,13 @@ def fit(
         Show a progress bar with the loss and steps per second.
     config : TrainConfig, optional
         Rarely changed knobs (schedule, clipping, intervals, padded sizes, devices).
+    context_sources : dict of name to Dataset, optional
+        Other observations of the same variable(s) (e.g. ``{"stations": st}`` next
+        to a gridded ``data``) that add context to every task, from the same times
+        (and window); targets always come from ``data``.  Each point carries its
+        source's id (one-hot channels of the fixed effects), so the model can
+        weigh the sources differently; predict with the same names
+        (``predict(..., context_sources={"stations": ...})``).
 
     Returns
     -------
@@ -323,6 +382,8 @@ def fit(
     variables = resolve_variables(data, variable)
     covariates = list(covariates)
     _check_covariates(data, covariates)
+    extra = _context_sources(context_sources, variables, covariates)
+    sources = [MAIN_SOURCE, *extra] if extra else []
     layout = find_coords(data, variables[0])
 
     val_data: xr.Dataset | None = None
@@ -353,23 +414,27 @@ def fit(
     task = _with_caps(task, nc, nt)
 
     sampler = TaskSampler(
-        data, variables, task, covariates=covariates, batch_size=batch_size, seed=seed,
-        split="train", validation_fraction=fraction,
+        {MAIN_SOURCE: data, **extra}, variables, task, covariates=covariates,
+        target_source=MAIN_SOURCE, batch_size=batch_size, seed=seed, split="train",
+        validation_fraction=fraction,
     )  # fmt: skip
+    n_sources = len(sources)
     val_batches = None
     if fraction or val_data is not None:
         val_sampler = TaskSampler(
-            data if val_data is None else val_data, variables, task, covariates=covariates,
-            batch_size=batch_size, seed=seed + 1, split="train" if val_data is not None
-            else "validation", validation_fraction=fraction, normaliser=sampler.normaliser,
+            {MAIN_SOURCE: data if val_data is None else val_data, **extra}, variables, task,
+            covariates=covariates, target_source=MAIN_SOURCE, batch_size=batch_size,
+            seed=seed + 1, split="train" if val_data is not None else "validation",
+            validation_fraction=fraction, normaliser=sampler.normaliser,
         )  # fmt: skip
         val_batches = [
-            _fixed(val_sampler.batch(k), nc, nt) for k in range(config.validation_batches)
+            _fixed(val_sampler.batch(k), nc, nt, n_sources)
+            for k in range(config.validation_batches)
         ]
 
     temporal = isinstance(_inner(task), ForecastTasks)
-    cfg = model_config(model, dim_x=len(covariate_channels(covariates)), dim_y=len(variables),
-                       temporal=temporal)  # fmt: skip
+    dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)
+    cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
     graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
     run = {
         "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
@@ -377,7 +442,7 @@ def fit(
         "learning_rate": float(learning_rate), "seed": int(seed),
         "validation": "dataset" if val_data is not None else fraction,
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
-        "context_size": nc, "target_size": nt,
+        "context_size": nc, "target_size": nt, "sources": sources,
     }  # fmt: skip
     run = json.loads(json.dumps(run))  # the form it takes in config.json
     state = TrainState(step=0, params=params, opt_state=config.init_optimizer(params))
@@ -403,6 +468,7 @@ def fit(
             normaliser=sampler.normaliser,
             variables=variables,
             covariates=covariates,
+            sources=sources,
             coords=coords,
             task=task,
             history=history_dataset(s.history, variables, units),
@@ -432,7 +498,7 @@ def fit(
     )  # fmt: skip
     scale = [sampler.normaliser.stats[v].std for v in variables]
     state = train(
-        graphdef, state, lambda k: _fixed(sampler.batch(k), nc, nt), steps=steps,
+        graphdef, state, lambda k: _fixed(sampler.batch(k), nc, nt, n_sources), steps=steps,
         learning_rate=learning_rate, config=config, batch_size=batch_size,
         validation=val_batches, value_scale=scale, progress=progress,
         on_checkpoint=save_checkpoint if checkpoints is not None else None,

@@ -163,6 +163,9 @@ class NeuralProcess:
         The predicted variables.
     covariates : sequence of str
         Covariate names, as given to ``fit``.
+    sources : sequence of str
+        Names of the context sources of a multi-source model, in id order (the
+        first is ``"data"``, the dataset targets come from); empty for one source.
     coords : mapping, optional
         Coordinate names found in the training data (``lat``, ``lon``, ``time``, ...).
     task : SpatialTasks, ForecastTasks or WindowTasks, optional
@@ -207,6 +210,7 @@ class NeuralProcess:
         normaliser: Normaliser,
         variables: Sequence[str],
         covariates: Sequence[str] = (),
+        sources: Sequence[str] = (),
         coords: Mapping[str, Any] | None = None,
         task: SpatialTasks | ForecastTasks | WindowTasks | None = None,
         history: xr.Dataset | None = None,
@@ -221,6 +225,9 @@ class NeuralProcess:
         self.normaliser = normaliser
         self.variables = tuple(variables)
         self.covariates = tuple(covariates)
+        self.sources = tuple(sources)
+        if len(self.sources) == 1:
+            raise ConfigError("a multi-source model needs at least two sources; pass none.")
         self.coords = dict(coords or {})
         self.task = task
         units = [normaliser.stats[v].units if v in normaliser.stats else None for v in variables]
@@ -324,6 +331,7 @@ class NeuralProcess:
             "normaliser": self.normaliser.to_json(),
             "variables": list(self.variables),
             "covariates": list(self.covariates),
+            "sources": list(self.sources),
             "coords": self.coords,
             "task": None if self.task is None else task_to_dict(self.task),
             "training": self.training,
@@ -403,6 +411,7 @@ class NeuralProcess:
             f"<xnp.NeuralProcess {kind}: {self.num_params:,} parameters>",
             f"  variables:   {names}",
             f"  covariates:  {', '.join(self.covariates) or 'none'}",
+            *([f"  sources:     {', '.join(self.sources)}"] if self.sources else []),
             f"  tasks:       {self.task!r}",
         ]
         if self.normalise == "context":
@@ -508,6 +517,7 @@ def load(path: str | os.PathLike) -> NeuralProcess:
         normaliser=normaliser,
         variables=variables,
         covariates=meta.get("covariates", []),
+        sources=meta.get("sources", []),
         coords=meta.get("coords"),
         task=task,
         history=history,

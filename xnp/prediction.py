@@ -16,6 +16,10 @@ once (:class:`xnp.infer.Predictor`); the targets are then predicted
 With ``context_radius`` every chunk (or block) conditions only on the context
 within that great-circle distance (:meth:`xnp.infer.Predictor.predict`).
 
+A multi-source model (fitted with ``context_sources``) takes further context from
+``context_sources`` (e.g. stations next to a grid): the frames of each at the
+context's times, each point tagged with its source, as in training.
+
 A model trained on forecast tasks forecasts instead: for each initialisation
 time (``time``) its context is the model's frames ending at that time (times
 relative to it, as in training), and the targets are predicted ``lead_time``
@@ -33,10 +37,12 @@ from typing import Any
 
 import dask
 import dask.array as da
+import jax
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from xnp.data.batch import source_channels
 from xnp.data.coords import find_coords
 from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
@@ -72,20 +78,22 @@ def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
     return tmpl.assign_attrs(_xnp_chunks=dict(chunks)) if chunks else tmpl
 
 
-def _points(ps: PointSet, model: Any, *, values: bool, t: Any = None) -> Points:
+def _points(ps: PointSet, model: Any, *, values: bool, t: Any = None, source: int = 0) -> Points:
     """Normalised, batch-of-one :class:`Points` of a point set.
 
     ``t`` is hours relative to the task's reference time (a scalar or one per
-    point); default 0 (a spatial task).
+    point); default 0 (a spatial task).  ``source`` is the id of the points'
+    source (multi-source models; targets come from source 0).
     """
     x = model.normaliser.transform(ps.x, ps.covariates) if ps.covariates else ps.x
     n = len(ps)
     f = model.normaliser.transform(ps.f, ps.variables) if values else None
     t = None if t is None else np.broadcast_to(np.asarray(t, np.float32), (n,)).reshape(1, n, 1)
+    x = source_channels(np.asarray(x, np.float32).reshape(1, n, -1), source, len(model.sources))
     return Points.from_arrays(
         s=ps.s[None],
         t=t,
-        x=np.asarray(x, np.float32).reshape(1, n, -1),
+        x=x,
         f=None if f is None else np.asarray(f, np.float32)[None],
         dim_y=len(model.variables),
     )
@@ -169,6 +177,78 @@ class _Options:
     chunks: Mapping[str, Any]
     memory_budget: str | int
     progress: bool
+    #: further context of a multi-source model: (source id, Dataset) pairs
+    sources: tuple[tuple[int, xr.Dataset], ...] = ()
+
+
+def _check_sources(model: Any, sources: Mapping[str, Any] | None) -> tuple:
+    """``context_sources`` as (id, Dataset) pairs, checked against the model's sources."""
+    if not sources:
+        return ()
+    if not isinstance(sources, Mapping):
+        raise ConfigError(
+            f"context_sources must be a dict of name to Dataset; got {type(sources).__name__}."
+        )
+    known = list(getattr(model, "sources", ()))
+    if not known:
+        raise ConfigError(
+            "this model was fitted on a single source; context_sources is for models fitted "
+            "with fit(..., context_sources=...). Merge the observations into `data` instead."
+        )
+    out = []
+    for name, src in sources.items():
+        if name not in known[1:]:
+            raise ConfigError(
+                f"unknown context source {name!r}; this model was fitted with {known[1:]}."
+            )
+        src = _as_dataset(src, f"context source {name!r}")
+        missing = [v for v in model.variables if v not in src.data_vars]
+        if missing:
+            raise ConfigError(
+                f"context source {name!r} has no variable {missing}; it holds "
+                f"{list(src.data_vars)}."
+            )
+        out.append((known.index(name), src))
+    return tuple(out)
+
+
+def _source_points(
+    model: Any, src: xr.Dataset, source: int, hours: np.ndarray | None, reference: float | None
+) -> Points | None:
+    """Context points of one further source at the context's times (None if it has none).
+
+    A source with a time axis contributes its frames at ``hours`` (exact matches,
+    as in training) and nothing to a time-less context; a source without one
+    (e.g. static sites) contributes all its points.
+    """
+    layout = find_coords(src, model.variables[0], **_names(model, src))
+    if layout.time is not None and layout.time_dim is not None:
+        if hours is None:  # a time-less context takes no frames of a time series
+            return None
+        idx = match_hours(time_hours(src[layout.time].values), hours)
+        idx = idx[idx >= 0]
+        if idx.size == 0:
+            return None
+        src = src.isel({layout.time_dim: idx})
+    for v in model.variables:
+        model.normaliser.check_units(v, src[v].attrs.get("units"), f"context source {source}")
+    try:
+        ps = to_points(src, list(model.variables), covariates=model.covariates, layout=layout)
+    except EmptyDataError:
+        return None
+    if not len(ps):
+        return None
+    t = None
+    if reference is not None:
+        t = ps.time - reference if ps.has_time else np.zeros(len(ps))
+    return _points(ps, model, values=True, t=t, source=source)
+
+
+def _concat(parts: list[Points]) -> Points:
+    """Points of a batch of one, concatenated along the point axis."""
+    if len(parts) == 1:
+        return parts[0]
+    return jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a], axis=1), *parts)
 
 
 def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float | None = None
@@ -196,7 +276,13 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}
-    return _Context(model, predictor, _points(ps, model, values=True, t=t), attrs)
+    parts = [_points(ps, model, values=True, t=t)]
+    if opts.sources:
+        hours = np.unique(ps.time) if ps.has_time else None
+        for source, src in opts.sources:
+            more = _source_points(model, src, source, hours, reference)
+            parts += [] if more is None else [more]
+    return _Context(model, predictor, _concat(parts), attrs)
 
 
 def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float | None = None
@@ -248,6 +334,7 @@ def predict(
     chunks: Mapping[str, int] | None = None,
     memory_budget: str | int = "1GiB",
     progress: bool = False,
+    context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -278,6 +365,10 @@ def predict(
         Memory a chunk of targets may use (sets the chunk size).
     progress : bool
         Progress bar over chunks (eager path).
+    context_sources : dict of name to Dataset, optional
+        Multi-source models: further observations under the names the model was
+        fitted with (see :func:`xnp.api.fit`); their frames at the context's
+        times join the context.  Sources left out simply add nothing.
 
     Returns
     -------
@@ -300,7 +391,8 @@ def predict(
     template = _template(targets, data)
     chunks = dict(chunks or template.attrs.pop("_xnp_chunks", {}) or {})
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
-    opts = _Options(radius_km, chunks, memory_budget, progress)
+    opts = _Options(radius_km, chunks, memory_budget, progress,
+                    _check_sources(model, context_sources))  # fmt: skip
     layout = find_coords(data, model.variables[0], **_names(model, data))
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task

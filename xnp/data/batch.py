@@ -9,6 +9,8 @@ list (by default powers of two), so ``jax.jit`` compiles a bounded number of tim
 Multi-source context carries an integer source id per point in
 ``Batch.context_source`` (and ``Batch.target_source``): 0 for the first source
 given to the sampler, 1 for the second, ...; padding has id 0 and mask False.
+Models see the id through :func:`source_channels`: one-hot channels appended to
+the fixed effects ``x``, which the point encoder embeds with the value and flag.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from xnp.errors import ShapeError
 from xnp.points import Points
 
-__all__ = ["Batch", "Task", "TaskPoints", "bucket_size", "collate"]
+__all__ = ["Batch", "Task", "TaskPoints", "bucket_size", "collate", "source_channels"]
 
 Array = jax.Array | np.ndarray
 
@@ -188,3 +190,26 @@ def collate(tasks: Sequence[Task], buckets: Sequence[int] | None = None) -> Batc
         context_source=jax.numpy.asarray(_pad([c.source for c in contexts], nc, np.int32)),
         target_source=jax.numpy.asarray(_pad([t.source for t in targets], nt, np.int32)),
     )
+
+
+def source_channels(x: Array, source: Array | int, n_sources: int) -> np.ndarray:
+    """Append one-hot source-id channels to fixed effects ``x`` ``[..., N, Dx]``.
+
+    ``source`` holds one id per point (``[..., N]``) or one id for all points.
+    With a single source nothing is appended (``x`` is returned as float32).
+
+    Examples
+    --------
+    >>> source_channels(np.zeros((1, 3, 1)), np.array([[0, 1, 1]]), 2)[0]
+    array([[0., 1., 0.],
+           [0., 0., 1.],
+           [0., 0., 1.]], dtype=float32)
+    """
+    x = np.asarray(x, np.float32)
+    if n_sources <= 1:
+        return x
+    ids = np.broadcast_to(np.asarray(source, np.int64), x.shape[:-1])
+    if ids.size and (ids.min() < 0 or ids.max() >= n_sources):
+        raise ShapeError(f"source ids must lie in [0, {n_sources}); got {ids.min()}..{ids.max()}.")
+    one_hot = np.eye(n_sources, dtype=np.float32)[ids]
+    return np.concatenate([x, one_hot], axis=-1)
