@@ -241,3 +241,42 @@ def test_g_training_beats_the_trivial_predictor():
         trivial.append(float(0.5 * jnp.log(2 * jnp.pi) + 0.5 * jnp.mean(y**2)))
     # zero-mean unit-variance prediction scores ≈ 1.42 nats; a trained NP far less
     assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)
+
+
+def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
+    from strategies import grid_dataset, station_dataset
+
+    import xnp
+    from xnp.api import swin_grid_for
+    from xnp.data import SpatialTasks
+
+    base = SwinTNPConfig()
+    glat, glon = np.meshgrid(np.arange(-88.0, 90, 4), np.arange(-180.0, 180, 4))
+    assert swin_grid_for(base, glat, glon) == base  # global data: the global grid
+    # across the date line: kept global (the regional grid does not wrap)
+    assert swin_grid_for(base, np.array([10.0, 20.0]), np.array([175.0, -175.0])) == base
+    st = station_dataset(n_stations=40, seed=1)
+    cfg = swin_grid_for(base, st.lat.values, st.lon.values)
+    (lat0, lat1), (lon0, lon1) = cfg.extent
+    assert lat0 < st.lat.min()
+    assert lat1 > st.lat.max()
+    assert lon0 < st.lon.min()
+    assert lon1 > st.lon.max()
+    assert all(
+        n % w == 0 and n <= m
+        for n, w, m in zip(cfg.grid_shape, cfg.window, (64, 128), strict=False)
+    )
+    # through fit: a preset name gets the data's domain
+    ds = grid_dataset(nt=6, ny=6, nx=9)
+    model = ds.np.fit(
+        "t2m", model="swin-tnp-tiny", tasks=SpatialTasks(), steps=2, batch_size=2,
+        progress=False, validation=None, config=xnp.TrainConfig(log_every=1, validate_every=1),
+    )  # fmt: skip
+    (lat0, lat1), (lon0, lon1) = model.config.extent
+    assert lat0 < 50.0
+    assert lat1 > 55.0
+    assert lon0 < -3.0
+    assert lon1 > 5.0
+    assert lat1 - lat0 < 10
+    out = ds.isel(time=0).np.predict(model)
+    assert np.isfinite(out.t2m_mean).all()

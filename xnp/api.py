@@ -40,6 +40,7 @@ from xnp.estimator import (
     task_to_dict,
 )
 from xnp.models.registry import build_model, config_to_dict, model_config
+from xnp.models.swin_config import SwinTNPConfig
 from xnp.points import Points
 from xnp.train import TrainConfig, TrainState, train
 
@@ -166,6 +167,46 @@ def _fixed(batch: Batch, nc: int, nt: int, n_sources: int = 1) -> Batch:
         context_source=c_ids,
         target_source=t_ids,
     )
+
+
+def swin_grid_for(config: SwinTNPConfig, lat: np.ndarray, lon: np.ndarray) -> SwinTNPConfig:
+    """A Swin-TNP preset's pseudo-token grid fitted to the domain of the data.
+
+    A preset's grid is global; for regional data (less than 270° of longitude and
+    150° of latitude) the grid instead covers the data's bounding box plus a
+    margin (5 % of the span, at least one data spacing), with nodes about two data
+    spacings apart (the spacing estimated as ``√(area / number of locations)``),
+    rounded up to whole windows and at most the preset's node counts.  Global
+    data, and regions across the date line, keep the global grid.
+
+    Examples
+    --------
+    >>> lat, lon = np.meshgrid(np.arange(50, 58.25, 0.25), np.arange(-6, 6.25, 0.25))
+    >>> cfg = swin_grid_for(SwinTNPConfig(), lat, lon)
+    >>> cfg.grid_shape, [round(v, 2) for v in cfg.extent[0]]
+    ((20, 28), [49.59, 58.41])
+    """
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    lat, lon = np.asarray(lat, np.float64)[ok], np.asarray(lon, np.float64)[ok]
+    if lat.size < 2:
+        return config
+    spans = [float(np.ptp(lat)), float(np.ptp(lon))]
+    if spans[1] > 270.0 or spans[0] > 150.0:
+        return config
+    locations = np.unique(np.round(np.stack([lat, lon], -1), 6), axis=0).shape[0]
+    area = max(spans[0], 1e-3) * max(spans[1], 1e-3)
+    step = float(np.sqrt(area / locations))
+    extent, shape = [], []
+    for axis, values in enumerate((lat, lon)):
+        margin = max(0.05 * spans[axis], step)
+        lo, hi = float(values.min()) - margin, float(values.max()) + margin
+        if axis == 0:
+            lo, hi = max(lo, -90.0), min(hi, 90.0)
+        window = config.window[axis]
+        n = -(-int(np.ceil((hi - lo) / (2.0 * step))) // window) * window
+        shape.append(int(min(max(n, window), config.grid_shape[axis])))
+        extent.append((lo, hi))
+    return config.replace(grid_shape=tuple(shape), extent=tuple(extent))
 
 
 #: Name of the source ``data`` itself among the sources of a multi-source model.
@@ -435,6 +476,8 @@ def fit(
     temporal = isinstance(_inner(task), ForecastTasks)
     dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)
     cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
+    if isinstance(model, str) and isinstance(cfg, SwinTNPConfig):
+        cfg = swin_grid_for(cfg, *latlon(data, layout))
     graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
     run = {
         "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
