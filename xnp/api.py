@@ -44,7 +44,7 @@ from xnp.models.swin_config import SwinTNPConfig
 from xnp.points import Points
 from xnp.train import TrainConfig, TrainState, train
 
-__all__ = ["default_tasks", "fit"]
+__all__ = ["default_tasks", "fit", "swin_grid_for"]
 
 log = logging.getLogger(__name__)
 
