@@ -203,3 +203,23 @@ def test_bias_bounds_shift_is_exact(scale):
     for g, g_ref in zip(got[1], ref[1], strict=True):
         scale_ = float(jnp.max(jnp.abs(g_ref))) or 1.0
         np.testing.assert_allclose(g / scale_, g_ref / scale_, atol=2e-5)
+
+
+def test_rbf_bias_custom_gradient_equals_autodiff_of_the_formula():
+    from xnp.nn.bias import RBFBias
+
+    ka, kb, kz, kg = jax.random.split(jax.random.key(3), 4)
+    a = jax.random.normal(ka, (3, 5))
+    b = jax.nn.softplus(jax.random.normal(kb, (3, 5)))
+    z = jax.random.uniform(kz, (2, 7, 6), maxval=4.0)
+    g = jax.random.normal(kg, (2, 3, 7, 6))
+
+    def plain(a, b, z):
+        terms = a[None, :, :, None, None] * jnp.exp(-b[None, :, :, None, None] * z[:, None, None])
+        return jnp.sum(terms, axis=2)
+
+    np.testing.assert_allclose(RBFBias.apply(a, b, z), plain(a, b, z), rtol=1e-6)
+    got = jax.grad(lambda *w: jnp.sum(g * RBFBias.apply(*w)), argnums=(0, 1, 2))(a, b, z)
+    want = jax.grad(lambda *w: jnp.sum(g * plain(*w)), argnums=(0, 1, 2))(a, b, z)
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)

@@ -93,16 +93,58 @@ class RBFBias(nnx.Module):
 
     @staticmethod
     def apply(a: jax.Array, b: jax.Array, z: jax.Array) -> jax.Array:
-        """``[B, q, k]`` squared distances → ``[B, H, q, k]`` bias, for weights ``a, b``."""
-        z = z[:, None]
-        out = a[None, :, 0, None, None] * jnp.exp(-b[None, :, 0, None, None] * z)
-        for f in range(1, a.shape[1]):  # unrolled: XLA fuses the sum into one loop
-            out = out + a[None, :, f, None, None] * jnp.exp(-b[None, :, f, None, None] * z)
-        return out
+        """``[B, q, k]`` squared distances → ``[B, H, q, k]`` bias, for weights ``a, b``.
+
+        Differentiable in ``a``, ``b`` and ``z``; the backward pass recomputes the
+        exponentials instead of storing ``H·F`` residual tiles (see :func:`_rbf`).
+        """
+        return _rbf(a, b, z)
 
     def __call__(self, z: jax.Array) -> jax.Array:
         """Bias ``[B, H, q, k]`` for squared scaled distances ``z`` of shape ``[B, q, k]``."""
         return self.apply(*self.weights(), z)
+
+
+def _rbf_terms(a: jax.Array, b: jax.Array, z: jax.Array):
+    """The ``F`` terms ``exp(-b_hf z)`` ``[B, H, q, k]`` (``z`` ``[B, q, k]``), lazily."""
+    for f in range(a.shape[1]):  # unrolled: XLA fuses them into one loop
+        yield f, jnp.exp(-b[None, :, f, None, None] * z[:, None])
+
+
+@jax.custom_vjp
+def _rbf(a: jax.Array, b: jax.Array, z: jax.Array) -> jax.Array:
+    out = 0.0
+    for f, e in _rbf_terms(a, b, z):
+        out = out + a[None, :, f, None, None] * e
+    return out
+
+
+def _rbf_fwd(a, b, z):
+    # Residuals are the weights and the [B, q, k] distances only: storing the H·F
+    # exponential tiles autodiff would keep costs far more memory traffic on a CPU
+    # than recomputing them, fused with the reductions, in the backward pass.
+    return _rbf(a, b, z), (a, b, z)
+
+
+def _rbf_bwd(res, g):
+    a, b, z = res
+    g = g.astype(jnp.float32)
+    axes = (0, 2, 3)
+    da, db, dz = [], [], 0.0
+    for f, e in _rbf_terms(a, b, z):
+        ge = g * e
+        da.append(jnp.sum(ge, axis=axes))
+        gez = jnp.sum(ge * z[:, None], axis=axes)
+        db.append(-a[:, f] * gez)
+        dz = dz - jnp.sum(ge * (a[None, :, f, None, None] * b[None, :, f, None, None]), axis=1)
+    return (
+        jnp.stack(da, axis=1).astype(a.dtype),
+        jnp.stack(db, axis=1).astype(b.dtype),
+        dz.astype(z.dtype),
+    )
+
+
+_rbf.defvjp(_rbf_fwd, _rbf_bwd)
 
 
 def pairwise_sq_distance(
