@@ -100,6 +100,23 @@ def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
     assert "held-out field: RMSE" in err
 
 
+def test_demo_with_the_pretrained_model_fits_nothing(capsys, tmp_path):
+    status, out, err = run(capsys, "demo", "--out", tmp_path / "demo", "--pretrained",
+                           "gp-sphere", "--resolution", "30", "--context-points", "40",
+                           "--no-progress", "--format", "netcdf")  # fmt: skip
+    assert status == 0, err
+    assert "xnp: fitting" not in err
+    assert "pretrained 'gp-sphere' model zero-shot" in err
+    paths = {k: v.strip() for k, v in printed_paths(out).items()}
+    assert xnp.load(paths["model"]).normalise == "context"
+    with xr.open_dataset(paths["prediction"]) as pred:
+        assert np.isfinite(pred["field_mean"].values).all()
+    status, _, err = run(capsys, "demo", "--out", tmp_path / "x", "--pretrained", "gp-sphere",
+                         "--model", str(tmp_path))  # fmt: skip
+    assert status != 0
+    assert "not both" in err
+
+
 def test_fit_predict_evaluate_round_trip(capsys, files, fitted):
     model = xnp.load(fitted)
     assert model.variables == ("field",)

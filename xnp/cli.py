@@ -543,7 +543,15 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     tdim = _time_dim(data, variable)
     # the last time is held out of training (validation period) and used as the context
     frame = data.isel({tdim: -1}) if tdim is not None else data
-    if args.model is not None:
+    if args.model is not None and args.pretrained is not None:
+        raise UsageError("give --model or --pretrained, not both.")
+    if args.pretrained is not None:
+        from xnp.pretrained import pretrained
+
+        model = pretrained(args.pretrained)  # zero-shot: no fitting, works offline
+        log.info("using the pretrained %r model zero-shot (no fitting)", args.pretrained)
+        model_path = model.save(out / "model")
+    elif args.model is not None:
         model = load(args.model)
         if variable not in model.variables:
             raise VariableNotFoundError(
@@ -656,6 +664,12 @@ def _add_demo(subs: Any) -> None:
     )
     p.add_argument("--variable", metavar="NAME", help="variable of --data to learn")
     p.add_argument("--model", metavar="PATH", help="use this saved model instead of fitting one")
+    p.add_argument(
+        "--pretrained",
+        metavar="NAME",
+        help="use a pretrained model shipped with xnp zero-shot instead of fitting one "
+        "(e.g. gp-sphere; see xnp.available_pretrained())",
+    )
     p.add_argument(
         "--steps",
         type=_positive_int,
