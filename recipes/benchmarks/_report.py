@@ -7,13 +7,17 @@ import platform
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import xarray as xr
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+#: The real datasets next to the repository (see ../shared/data/README).
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 HEADER = (
     "# Benchmarks\n\n"
     "Every table is written by the script named in its section; rerun it to update.\n"
@@ -65,3 +69,13 @@ def write_section(name: str, markdown: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, DOC)
+
+
+def open_era5() -> xr.Dataset:
+    """The ERA5 UK 2 m temperature file (March 2019, hourly), loaded; exits if absent."""
+    path = SHARED_DATA / "era5_t2m_uk_2019-03-01_21.nc"
+    if not path.exists():
+        raise SystemExit(f"{path} is absent: this benchmark needs the shared ERA5 UK file.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", xr.SerializationWarning)
+        return xr.open_dataset(path).load()

@@ -41,7 +41,6 @@ import argparse
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +48,7 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section
+from _report import SHARED_DATA, machine, open_era5, write_section
 
 import xnp
 from xnp.baselines import Persistence
@@ -60,7 +59,7 @@ from xnp.plot import plot_calibration
 from xnp.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 CACHE = Path.home() / ".cache" / "xnp" / "bench_era5_forecast"
 IMAGE = ROOT / "docs" / "images" / "era5_forecast_pit.png"
 COMMAND = "python recipes/benchmarks/era5_forecast.py"
@@ -74,15 +73,6 @@ FIRST_VALID = 18 * 24  # day 19 00:00
 SPATIAL_SCALE_KM = 150.0
 #: Training caps per case: (fraction of cells per context frame, max context, max targets).
 CASES = {"10 %": (0.1, 768, 256), "100 %": (1.0, 1024, 256)}
-
-
-def open_era5() -> xr.Dataset:
-    path = DATA / "era5_t2m_uk_2019-03-01_21.nc"
-    if not path.exists():
-        sys.exit(f"{path} is absent: this benchmark needs the shared ERA5 UK file.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", xr.SerializationWarning)
-        return xr.open_dataset(path).load()
 
 
 def subsample(data: xr.Dataset, fraction: float, seed: int) -> xr.Dataset:

@@ -25,7 +25,6 @@ import argparse
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ import pandas as pd
 import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section
+from _report import SHARED_DATA, machine, open_era5, write_section
 
 import xnp
 from xnp.data import SpatialTasks
@@ -41,7 +40,7 @@ from xnp.models.bsa_tnp import count_params
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = SHARED_DATA
 CACHE = Path.home() / ".cache" / "xnp" / "regional_era5"
 RADII_KM = (150.0, 300.0, 600.0)
 NOTE = (
@@ -53,15 +52,6 @@ NOTE = (
     "context sizes compile new shapes (times measured while other jobs shared the 2 cores). "
     "Regional inference pays off at scale: see the predict_scale section."
 )
-
-
-def open_era5() -> xr.Dataset:
-    path = DATA / "era5_t2m_uk_2019-03-01_21.nc"
-    if not path.exists():
-        sys.exit(f"{path} is absent: this benchmark needs the shared ERA5 UK file.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", xr.SerializationWarning)
-        return xr.open_dataset(path).load()
 
 
 def fitted_model(era5: xr.Dataset, steps: int, retrain: bool) -> xnp.NeuralProcess:

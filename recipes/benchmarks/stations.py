@@ -39,7 +39,6 @@ import json
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -50,7 +49,7 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section
+from _report import SHARED_DATA, machine, open_era5, write_section
 
 import xnp
 from xnp.baselines import GaussianProcess, InverseDistanceWeighting, OrdinaryKriging
@@ -62,7 +61,7 @@ from xnp.train import TrainConfig
 from xnp.validation import BlockKFold, LeaveOneOut, cross_validate
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 CACHE = Path.home() / ".cache" / "xnp" / "bench_stations"
 IMAGE = ROOT / "docs" / "images" / "stations_map.png"
 COMMAND = "python recipes/benchmarks/stations.py"
@@ -71,15 +70,6 @@ Predictor = Callable[[xr.Dataset, xr.Dataset], xr.Dataset]
 
 
 # --------------------------------------------------------------------------- data
-
-
-def open_era5() -> xr.Dataset:
-    path = DATA / "era5_t2m_uk_2019-03-01_21.nc"
-    if not path.exists():
-        sys.exit(f"{path} is absent: this benchmark needs the shared ERA5 UK file.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", xr.SerializationWarning)
-        return xr.open_dataset(path).load()
 
 
 def station_cells(era5: xr.Dataset) -> np.ndarray:
