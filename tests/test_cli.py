@@ -240,3 +240,28 @@ def test_format_table_and_chunks():
     assert lines[2].split() == ["t2m_rmse"]
     assert lines[4].split() == ["0", "1"]
     assert parse_chunks("lat=8") == {"lat": 8}
+
+
+def test_fit_and_predict_with_a_context_source(capsys, files, tmp_path):
+    data = xr.open_dataset(files / "data.nc")
+    sites = {"lat": xr.DataArray([1, 2, 4], dims="station"),
+             "lon": xr.DataArray([0, 5, 9], dims="station")}  # fmt: skip
+    data.isel(sites).to_netcdf(tmp_path / "stations.nc")
+    source = f"stations={tmp_path / 'stations.nc'}"
+    status, _, err = run(capsys, "fit", files / "data.nc", "field", "--out", tmp_path / "m",
+                         "--model", "bsa-tnp-tiny", "--steps", "2", "--batch-size", "3",
+                         "--max-points", "32", "--validation", "0", "--tasks", "spatial",
+                         "--context-source", source, "--no-progress")  # fmt: skip
+    assert status == 0, err
+    assert xnp.load(tmp_path / "m").sources == ("data", "stations")
+    status, out, err = run(capsys, "predict", tmp_path / "m", files / "data.nc",
+                           files / "grid.nc", "--time", "2000-01-01T06", "--out",
+                           tmp_path / "p.nc", "--context-source", source)  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(printed_paths(out)["prediction"].strip()) as pred:
+        assert np.isfinite(pred["field_mean"].values).all()
+    buoys = f"buoys={files / 'data.nc'}"
+    status, _, err = run(capsys, "predict", tmp_path / "m", files / "data.nc", "--out",
+                         tmp_path / "q.nc", "--context-source", buoys)  # fmt: skip
+    assert status != 0
+    assert "unknown context source 'buoys'" in err

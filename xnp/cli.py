@@ -137,6 +137,33 @@ def parse_chunks(text: str) -> dict[str, int]:
     return chunks
 
 
+def parse_source(text: str) -> tuple[str, str]:
+    """A ``--context-source`` value ``NAME=PATH``.
+
+    Examples
+    --------
+    >>> parse_source("stations=hadisd.nc")
+    ('stations', 'hadisd.nc')
+    """
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected a context source as NAME=PATH, e.g. stations=hadisd.nc; got {text!r}"
+        )
+    return name.strip(), path.strip()
+
+
+def _open_sources(args: argparse.Namespace, files: contextlib.ExitStack) -> dict | None:
+    """The ``--context-source`` datasets, opened (None when there are none)."""
+    pairs = args.context_source or []
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--context-source names must differ; got {names}.")
+    return {
+        n: files.enter_context(open_data(p, what=f"context source {n!r}")) for n, p in pairs
+    } or None
+
+
 def parse_time(text: str | None) -> Any:
     """A ``--time`` value: one label, or ``START..END`` for an inclusive range.
 
@@ -385,6 +412,7 @@ def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
         resume=args.resume, progress=args.progress, config=_train_config(args.steps),
+        context_sources=_open_sources(args, files),
     )  # fmt: skip
     path = model.save(args.out)
     for line in repr(model).splitlines():
@@ -432,7 +460,8 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     start = time.perf_counter()
     pred = predict(
         model, context, targets, time=parse_time(args.time), context_radius=args.context_radius,
-        chunks=chunks, memory_budget=args.memory_budget, **kwargs,
+        chunks=chunks, memory_budget=args.memory_budget,
+        context_sources=_open_sources(args, files), **kwargs,
     )  # fmt: skip
     first = pred[f"{model.variables[0]}_mean"]
     log.info("predicting %s at %s points in %d dask blocks", ", ".join(model.variables),
@@ -714,6 +743,16 @@ def _add_demo(subs: Any) -> None:
     p.set_defaults(func=_cmd_demo, _parser=p)
 
 
+def _source_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--context-source",
+        type=parse_source,
+        action="append",
+        metavar="NAME=PATH",
+        help=f"{what} (netCDF or zarr; repeat for several)",
+    )
+
+
 def _add_fit(subs: Any) -> None:
     from xnp.api import DEFAULT_MAX_POINTS
     from xnp.models.registry import available_models
@@ -759,6 +798,11 @@ def _add_fit(subs: Any) -> None:
         metavar="N",
         help="at most N context and N target points per spatial task "
         f"(default: {DEFAULT_MAX_POINTS})",
+    )
+    _source_option(
+        p,
+        "other observations of the variable added to every task's context "
+        "(e.g. stations next to a grid); predict with the same names",
     )
     p.add_argument(
         "--covariates",
@@ -850,6 +894,9 @@ def _add_predict(subs: Any) -> None:
         help="output format (default: from the extension of --out)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    _source_option(
+        p, "multi-source models: further observations under the names the model was fitted with"
+    )
     p.add_argument(
         "--time",
         metavar="T",

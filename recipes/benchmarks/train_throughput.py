@@ -8,7 +8,8 @@ implementation runs in its own fresh process, so peak memory (max RSS) is its ow
   parameters) and :func:`xnp.train.fit_step`, the step ``ds.np.fit`` runs;
 * dl4bi 0.1.3 (the authors' JAX/Flax Linen package), in its own virtual environment
   (it needs jax<0.9 and flax<0.13): its ``BSATNP`` with Biased Scan Attention and an
-  RBF-network bias on the Euclidean distance, trained with the same AdamW chain.
+  RBF-network bias on the Euclidean distance, locations not embedded (as in xnp, so
+  both are the same architecture), trained with the same AdamW chain.
 
 Compile time (first step) and steps per second (after it) are reported separately.
 
@@ -89,7 +90,7 @@ steps, B, NC, NT = (int(a) for a in sys.argv[1:5])
 attn = BiasedScanAttention(bias={"s": Bias.build_rbf_network_bias(num_heads=4, num_basis=5)})
 mha = MultiHeadAttention(attn=attn, num_heads=4, proj_qs=MLP([128]), proj_ks=MLP([128]),
                          proj_vs=MLP([128]), proj_out=MLP([64]))
-model = BSATNP(blk=KRBlock(attn=mha))
+model = BSATNP(blk=KRBlock(attn=mha), embed_s=lambda s: None)  # locations only in the bias
 
 def gp_batch(key):
     # The paper's 2-D GP tasks (as xnp.data.gp.GPTasks): RBF, lengthscale ~ Beta(3, 7).
