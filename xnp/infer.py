@@ -329,6 +329,7 @@ class Predictor:
             size = min(self.chunk_size, _bucket(idx.size, minimum=64))
             chunk = _host_pad({k: a[:, idx] for k, a in tgt.items()}, size)
             m, s = self._predict(self.params, state, chunk)
-            mean[idx] = np.asarray(m[0, : idx.size])
-            std[idx] = np.asarray(s[0, : idx.size])
+            # slice after the copy to the host: slicing on the device compiles per length
+            mean[idx] = np.asarray(m)[0, : idx.size]
+            std[idx] = np.asarray(s)[0, : idx.size]
         return mean[None], std[None]
