@@ -9,6 +9,7 @@ from xnp.geo import great_circle_distance
 from xnp.infer import (
     Predictor,
     _cap,
+    _merge_small_groups,
     _xyz,
     chunk_size_for_budget,
     compact_chunks,
@@ -60,34 +61,44 @@ def test_huge_radius_regional_equals_exact(model):
     np.testing.assert_allclose(regional[1], exact[1], atol=1e-5)
 
 
-def test_regional_chunks_see_every_context_point_within_radius(model, monkeypatch):
+def test_regional_chunks_see_every_context_point_within_radius(model):
     ctx, tgt = sphere_points(4, 400), sphere_points(5, 256, values=False)
     radius = 300.0
-    pred = Predictor(model, chunk_size=64)
-    seen = []
-    original = pred.condition
-    monkeypatch.setattr(pred, "condition", lambda c: (seen.append(c), original(c))[1])
-    pred.predict(ctx, tgt, context_radius_km=radius)
-    chunks = compact_chunks(_xyz(np.asarray(tgt.s[0])), 64, radius)
-    assert len(chunks) == len(seen)
-    for idx, sub in zip(chunks, seen, strict=True):
+    plan = Predictor(model, chunk_size=64).regional_plan(ctx, tgt, radius)
+    assert np.array_equal(np.sort(np.concatenate([t for t, _ in plan])), np.arange(tgt.size))
+    for t_idx, c_idx in plan:
         d = great_circle_distance(
-            tgt.s[0, idx, 0][:, None],
-            tgt.s[0, idx, 1][:, None],
+            tgt.s[0, t_idx, 0][:, None],
+            tgt.s[0, t_idx, 1][:, None],
             ctx.s[0, :, 0][None],
             ctx.s[0, :, 1][None],
         )
-        needed = {
-            tuple(np.round(np.asarray(ctx.s[0, j]), 4))
-            for j in np.flatnonzero(np.asarray(d.min(0)) <= radius)
-        }
-        got = {
-            tuple(np.round(np.asarray(p), 4))
-            for p, m in zip(sub.s[0], sub.mask[0], strict=True)
-            if m
-        }
-        assert needed <= got
-        assert len(got) < ctx.size  # really regional: a subset
+        needed = set(np.flatnonzero(np.asarray(d.min(0)) <= radius))
+        assert needed <= set(c_idx)
+        assert c_idx.size < ctx.size  # really regional: a subset
+
+
+def test_batched_regional_equals_each_chunk_on_its_own(model):
+    """The fast path (chunks padded, batched, fused, XLA options for small calls)
+    against the slow reference: one unpadded model call per chunk of the plan."""
+    ctx, tgt = sphere_points(11, 400), sphere_points(12, 700, values=False)
+    pred = Predictor(model, chunk_size=64, regional_points=512)
+    mean, std = pred.predict(ctx, tgt, context_radius_km=300)
+    plan = pred.regional_plan(ctx, tgt, 300)
+    assert len({c.size for _, c in plan}) > 3  # several context sizes, padded and batched
+    call = jax.jit(lambda c, t: model(c, t))
+    for t_idx, c_idx in plan:
+        sub = jax.tree.map(lambda a, i=c_idx: a[:, i], ctx)
+        ref_mean, ref_std = call(sub, jax.tree.map(lambda a, i=t_idx: a[:, i], tgt))
+        np.testing.assert_allclose(mean[:, t_idx], ref_mean, atol=1e-5)
+        np.testing.assert_allclose(std[:, t_idx], ref_std, atol=1e-5)
+
+
+def test_rare_shapes_join_a_common_one():
+    groups = {(128, 128): [0, 1], (192, 128): list(range(2, 80)), (384, 256): [80]}
+    merged = _merge_small_groups(groups, minimum=64)
+    assert sorted(merged) == [(192, 128), (384, 256)]  # nothing is large enough for 384
+    assert sorted(merged[(192, 128)]) == list(range(80))
 
 
 def test_empty_context_and_radius_errors(model):
