@@ -21,16 +21,15 @@ size of the whole process: runtime, data, parameters, compiled code) is its own.
    ``Predictor(model, chunk_size=C).predict(context, targets, context_radius_km=R)``
    on all 1,000,000 targets and 100,000 context points, R = 300 km and 200 km, one
    process per R: once cold (compiling), then again warm.  The warm wall time is the
-   steady state, cold − warm the one-off compile time.  The benchmark wraps
-   ``xnp.infer._host_pad`` and ``compact_chunks`` only to record the padded
-   (context, target) sizes of every chunk (the number of distinct pairs is the number
-   of compiled shapes) and their host time; the jit cache sizes are read too.  The
-   chunk size C is chosen first by a trial in one process on the targets in a cap of
-   5 % of the sphere (same density, all context, R = 300 km): the library default
-   (from its 1 GiB memory budget; chunks are then limited by R) and 256; the faster
-   warm run wins.  If the trial predicts a warm run over 10 minutes, the runs predict
-   the targets in a cap of 25 % of the sphere and are extrapolated linearly
-   (labelled).  ``--chunk-size``, ``--regional-fraction`` and ``--radii`` override.
+   steady state, cold − warm the one-off compile time.  What the library did
+   (chunks, batched calls, padded shapes, plan time) is read from
+   ``Predictor.regional_stats`` and the jit cache size.  The chunk size C is chosen
+   first by a trial in one process on the targets in a cap of 5 % of the sphere
+   (same density, all context, R = 300 km): the library's regional default (256)
+   and 512; the faster warm run wins.  If the trial predicts a warm run over 10
+   minutes, the runs predict the targets in a cap of 25 % of the sphere and are
+   extrapolated linearly (labelled).  ``--chunk-size``, ``--regional-fraction`` and
+   ``--radii`` override.
 2. **Exact path**: condition on all context once, predict target chunks of the size
    ``memory_budget="128MiB"`` gives; compile time apart (every shape found by running
    the same code with the two jitted model calls replaced by shape-only stubs, then
@@ -81,7 +80,7 @@ LENGTHSCALE_KM, N_FEATURES, NOISE = 500.0, 256, 0.1
 
 FULL = {
     "context": 100_000, "targets": 1_000_000, "radii": [300.0, 200.0],
-    "trial_fraction": 0.05, "trial_chunk": 256, "max_warm_s": 600.0, "subset_fraction": 0.25,
+    "trial_fraction": 0.05, "trial_chunk": 512, "max_warm_s": 600.0, "subset_fraction": 0.25,
     "exact_context": 16_384, "exact_budget": "128MiB", "exact_chunks": 6,
     "compare": [(1_000, 10_000), (10_000, 10_000)],
 }  # fmt: skip
@@ -250,68 +249,43 @@ def worker_regional(data, opts) -> dict:
     """The regional path as a user runs it: ``Predictor.predict(..., context_radius_km=R)``.
 
     For each chunk size in ``opts["chunk_sizes"]`` (``None``: the library default), the
-    same call runs twice in this process, cold (compiling) then warm.  Calls of
-    ``xnp.infer._host_pad`` (a chunk's context, then its targets) and of
-    ``compact_chunks`` are wrapped here to record sizes and host time; nothing else is
-    changed.
+    same call runs twice in this process, cold (compiling) then warm.  What the
+    library did (chunks, batched calls, padded shapes, plan time) is read from
+    ``Predictor.regional_stats``; nothing is changed.
     """
     from xnp import infer
 
     model, n_params = build_model()
     keep = cap_subset(data["s_tgt"], opts["fraction"])
     ctx, tgt = to_points(data["s_ctx"], data["f_ctx"]), to_points(data["s_tgt"][keep])
-    pads: list[tuple[int, int]] = []  # (real, padded) per _host_pad call
-    host = {"pad": 0.0, "split": 0.0}
-    real_pad, real_split = infer._host_pad, infer.compact_chunks
-
-    def host_pad(arrays, n):
-        t0 = time.perf_counter()
-        out = real_pad(arrays, n)
-        host["pad"] += time.perf_counter() - t0
-        pads.append((arrays["mask"].shape[1], n))
-        return out
-
-    def split(*args, **kwargs):
-        t0 = time.perf_counter()
-        out = real_split(*args, **kwargs)
-        host["split"] += time.perf_counter() - t0
-        return out
-
-    infer._host_pad, infer.compact_chunks = host_pad, split
     runs = []
-    try:
-        for chunk_size in opts["chunk_sizes"]:
-            predictor = infer.Predictor(model, chunk_size=chunk_size)
-            run = {"chunk_size": predictor.chunk_size, "default": chunk_size is None}
-            for phase in ("cold", "warm"):
-                pads.clear()
-                host.update(pad=0.0, split=0.0)
-                t0 = time.perf_counter()
-                mean, std = predictor.predict(ctx, tgt, context_radius_km=opts["radius_km"])
-                run[f"{phase}_s"] = time.perf_counter() - t0
-                run[f"{phase}_host"] = dict(host)
-                run[f"{phase}_jit_cache"] = [
-                    predictor._condition._cache_size(),
-                    predictor._predict._cache_size(),
-                ]
-            ctx_sizes, tgt_sizes = pads[0::2], pads[1::2]
-            pairs = {(c[1], t[1]) for c, t in zip(ctx_sizes, tgt_sizes, strict=True)}
-            run.update({
-                "chunks": len(tgt_sizes),
-                "mean_targets": float(np.mean([t[0] for t in tgt_sizes])),
-                "target_counts": len({t[0] for t in tgt_sizes}),
-                "target_buckets": histogram([t[1] for t in tgt_sizes]),
-                "mean_context": float(np.mean([c[0] for c in ctx_sizes])),
-                "max_context": max(c[0] for c in ctx_sizes),
-                "mean_padded_context": float(np.mean([c[1] for c in ctx_sizes])),
-                "context_buckets": histogram([c[1] for c in ctx_sizes]),
-                "shapes": len(pairs), "pairs": sorted(pairs),
-                "compile_s": run["cold_s"] - run["warm_s"],
-                "finite": bool(np.isfinite(mean).all() and (std > 0).all()),
-            })  # fmt: skip
-            runs.append(run)
-    finally:
-        infer._host_pad, infer.compact_chunks = real_pad, real_split
+    for chunk_size in opts["chunk_sizes"]:
+        predictor = infer.Predictor(model, chunk_size=chunk_size)
+        run = {"chunk_size": predictor.regional_chunk, "default": chunk_size is None}
+        for phase in ("cold", "warm"):
+            t0 = time.perf_counter()
+            mean, std = predictor.predict(ctx, tgt, context_radius_km=opts["radius_km"])
+            run[f"{phase}_s"] = time.perf_counter() - t0
+            run[f"{phase}_plan_s"] = predictor.regional_stats["plan_s"]
+            run[f"{phase}_jit_cache"] = predictor._fused._cache_size()
+        stats = predictor.regional_stats
+        shapes = stats["shapes"]  # {(chunks per call, padded context, padded targets): calls}
+        padded = sum(g * c * n for (g, c, _), n in shapes.items())
+        run.update({
+            "chunks": stats["chunks"], "calls": stats["calls"],
+            "mean_targets": float(stats["targets"].mean()),
+            "target_counts": len(set(stats["targets"].tolist())),
+            "mean_context": float(stats["context"].mean()),
+            "max_context": int(stats["context"].max()),
+            "mean_padded_context": padded / sum(g * n for (g, _, _), n in shapes.items()),
+            "shapes": len(shapes),
+            "shape_calls": ", ".join(
+                f"{g} × ({c}, {t}): {n:,}" for (g, c, t), n in sorted(shapes.items())
+            ),
+            "compile_s": run["cold_s"] - run["warm_s"],
+            "finite": bool(np.isfinite(mean).all() and (std > 0).all()),
+        })  # fmt: skip
+        runs.append(run)
     return {
         "params": n_params, "radius_km": opts["radius_km"], "fraction": opts["fraction"],
         "targets": len(keep), "all_targets": len(data["s_tgt"]), "context": len(data["s_ctx"]),
@@ -561,18 +535,16 @@ def regional_section(trial, results: list, choice: str, cfg) -> str:
             continue
         run = res["runs"][0]
         rows.append(run_row(res, run))
-        host = run["warm_host"]
         notes.append(
             f"**R = {res['radius_km']:g} km**: cold {run['cold_s']:.1f} s, warm "
-            f"{run['warm_s']:.1f} s ({1e3 * run['warm_s'] / run['chunks']:.1f} ms per chunk); "
-            f"of the warm run, `compact_chunks` {host['split']:.1f} s and "
-            f"host padding + transfer (`_host_pad`) {host['pad']:.1f} s, the rest is the "
-            f"KD-tree queries, the model calls and the copies back.  Padded context sizes "
-            f"(chunks): {run['context_buckets']}; padded target sizes: "
-            f"{run['target_buckets']} ({run['target_counts']} distinct unpadded chunk sizes); "
-            f"context per chunk at most {run['max_context']:,}.  "
-            f"Distinct (context, target) shapes {run['shapes']}; jit caches after the cold run "
-            f"(condition, predict) {run['cold_jit_cache']}, after the warm run "
+            f"{run['warm_s']:.1f} s ({1e3 * run['warm_s'] / run['chunks']:.1f} ms per chunk, "
+            f"{run['chunks']:,} chunks in {run['calls']:,} batched calls); of the warm run, "
+            f"the plan (k-d split of the targets and KD-tree queries of the context) took "
+            f"{run['warm_plan_s']:.1f} s, the rest is gathering, the model calls and the "
+            f"copies back.  Calls by shape (chunks per call × (padded context, padded "
+            f"targets)): {run['shape_calls']}; {run['target_counts']} distinct unpadded "
+            f"chunk sizes; context per chunk at most {run['max_context']:,}.  Compiled shapes "
+            f"after the cold run {run['cold_jit_cache']}, after the warm run "
             f"{run['warm_jit_cache']}.  Output finite, std > 0: {run['finite']}.  Load average "
             f"(1 min) when the process started and ended: "
             f"{res['load'][0]:.1f}, {res['load'][1]:.1f}."
@@ -595,10 +567,11 @@ def regional_section(trial, results: list, choice: str, cfg) -> str:
 `Predictor(model, chunk_size=...).predict(context, targets, context_radius_km=R)`, as a user
 runs it, in one fresh process per R: run once cold (compiling every shape it meets), then
 again warm; the warm wall time is the steady state and cold − warm the compile time.
-"Compiled shapes" counts the distinct (padded context, padded target) size pairs of the
-chunks (each is one compilation of `predict`; `condition` compiles once per context size);
-"context / chunk" is the mean number of context points within R of a chunk's cap, then the
-mean padded size the model sees.
+Chunks whose padded (context, target) sizes match are stacked along the batch axis
+and run as one fused condition + predict call; "compiled shapes" counts the distinct
+(chunks per call, padded context, padded targets) shapes of those calls, each one
+compilation; "context / chunk" is the mean number of context points within R of a
+chunk's cap, then the mean padded size the model sees.
 
 {trial_text}{choice}
 
@@ -706,7 +679,7 @@ def run_regional(big: Path, cfg: dict, args) -> tuple[dict | str | None, list, s
             chunk = None if best["default"] else best["chunk_size"]
             choice = (
                 f"Chosen: **chunk size {best['chunk_size']:,}**"
-                + (" (the library default, from the 1 GiB memory budget)" if chunk is None else "")
+                + (" (the library's regional default)" if chunk is None else "")
                 + f", the faster warm run on the subset ({best['warm_s']:.1f} s against "
                 f"{other['warm_s']:.1f} s for {other['chunk_size']:,})."
             )
