@@ -108,8 +108,10 @@ def test_clear_errors(model, grid, stations):
     single = NeuralProcess.init(BSATNPConfig.tiny(), model.normaliser, ["t2m"])
     with pytest.raises(ConfigError, match="single source"):
         grid.np.predict(single, TARGETS, context_sources={"stations": stations})
-    with pytest.raises(ConfigError, match="has no variable"):
+    with pytest.raises(VariableNotFoundError, match=r"has no variable.*rename"):
         grid.np.predict(model, TARGETS, context_sources={"stations": stations.rename(t2m="temp")})
+    with pytest.raises(ConfigError, match="must be a Dataset or DataArray"):
+        grid.np.predict(model, TARGETS, context_sources={"stations": [1.0, 2.0]})
     with pytest.raises(ConfigError, match="other than 'data'"):
         grid.np.fit("t2m", context_sources={"data": stations}, steps=1)
     with pytest.raises(VariableNotFoundError, match="rename"):

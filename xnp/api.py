@@ -26,7 +26,7 @@ from flax import nnx
 
 from xnp import checkpoint as ckpt
 from xnp.data.batch import Batch, source_channels
-from xnp.data.coords import find_coords, latlon, resolve_variables
+from xnp.data.coords import find_coords, latlon, resolve_variables, source_dataset
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
@@ -233,20 +233,7 @@ def _context_sources(
                 f"context source names must be non-empty strings other than {MAIN_SOURCE!r} "
                 f"(the name of the data itself); got {name!r}."
             )
-        if isinstance(src, xr.DataArray):
-            src = src.to_dataset(name=str(src.name if src.name is not None else variables[0]))
-        if not isinstance(src, xr.Dataset):
-            raise ConfigError(
-                f"context source {name!r} must be a Dataset or DataArray; "
-                f"got {type(src).__name__}."
-            )
-        missing = [v for v in variables if v not in src.data_vars]
-        if missing:
-            raise VariableNotFoundError(
-                f"context source {name!r} has no variable {missing}; it holds "
-                f"{list(src.data_vars)}. Rename it to match the data, e.g. "
-                f"src.rename({{'obs': {variables[0]!r}}})."
-            )
+        src = source_dataset(name, src, variables)
         _check_covariates(src, covariates)
         out[name] = src
     return out

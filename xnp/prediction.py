@@ -43,7 +43,7 @@ import pandas as pd
 import xarray as xr
 
 from xnp.data.batch import source_channels
-from xnp.data.coords import find_coords
+from xnp.data.coords import find_coords, source_dataset
 from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
@@ -201,14 +201,7 @@ def _check_sources(model: Any, sources: Mapping[str, Any] | None) -> tuple:
             raise ConfigError(
                 f"unknown context source {name!r}; this model was fitted with {known[1:]}."
             )
-        src = _as_dataset(src, f"context source {name!r}")
-        missing = [v for v in model.variables if v not in src.data_vars]
-        if missing:
-            raise ConfigError(
-                f"context source {name!r} has no variable {missing}; it holds "
-                f"{list(src.data_vars)}."
-            )
-        out.append((known.index(name), src))
+        out.append((known.index(name), source_dataset(name, src, model.variables)))
     return tuple(out)
 
 

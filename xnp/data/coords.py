@@ -21,7 +21,7 @@ time dimension is handled separately; every other dimension of the variable is a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import cf_xarray  # noqa: F401  (registers the .cf accessor)
@@ -31,7 +31,7 @@ import xarray as xr
 
 from xnp.data import _names
 from xnp.data.times import check_time_axis, time_hours
-from xnp.errors import CoordinateError, DimensionError, VariableNotFoundError
+from xnp.errors import ConfigError, CoordinateError, DimensionError, VariableNotFoundError
 
 __all__ = [
     "Layout",
@@ -39,6 +39,7 @@ __all__ = [
     "find_coords",
     "latlon",
     "resolve_variables",
+    "source_dataset",
 ]
 
 XrObj = xr.Dataset | xr.DataArray
@@ -130,6 +131,39 @@ def _is_datetime(values: Any) -> bool:
     if values.dtype == object and values.size:
         return hasattr(values.flat[0], "calendar")
     return False
+
+
+def source_dataset(name: str, source: Any, variables: Sequence[str]) -> xr.Dataset:
+    """An extra context source (``context_sources={name: source}``) as a Dataset.
+
+    A DataArray becomes a Dataset (named after itself, or the first variable);
+    a source without every variable in ``variables`` raises
+    :class:`~xnp.errors.VariableNotFoundError` with a hint to rename.  ``fit`` and
+    ``predict`` both check their sources here, so they fail the same way.
+
+    Examples
+    --------
+    >>> st = xr.Dataset({"obs": ("station", [1.0])})
+    >>> source_dataset("stations", st.rename(obs="t2m"), ["t2m"]).data_vars
+    Data variables:
+        t2m      (station) float64 8B 1.0
+    """
+    if isinstance(source, xr.DataArray):
+        source = source.to_dataset(
+            name=str(source.name if source.name is not None else variables[0])
+        )
+    if not isinstance(source, xr.Dataset):
+        raise ConfigError(
+            f"context source {name!r} must be a Dataset or DataArray; got {type(source).__name__}."
+        )
+    missing = [v for v in variables if v not in source.data_vars]
+    if missing:
+        raise VariableNotFoundError(
+            f"context source {name!r} has no variable {missing}; it holds "
+            f"{list(source.data_vars)}. Rename it to match the data, e.g. "
+            f"src.rename({{'obs': {variables[0]!r}}})."
+        )
+    return source
 
 
 def resolve_variables(obj: XrObj, variable: str | list[str] | tuple[str, ...] | None) -> list[str]:
