@@ -72,7 +72,8 @@ Usage::
 ``--quick`` (a few minutes) trains each case for 0.5 min, tests 4 forecasts and
 writes nothing (neither the cache nor the docs).  ``--minutes`` overrides the
 budget per case.  Unless ``--no-write`` or ``--quick``, the
-``era5_forecast_deepsensor`` section of ``docs/benchmarks.md`` is written, with a
+``era5_forecast_deepsensor`` section of ``docs/benchmarks.md`` (and
+``docs/images/era5_forecast_deepsensor_pit.png``, ConvNP's calibration) is written, with a
 comparison against the xnp rows of the ``era5_forecast`` section (read from the
 document, not re-run).
 """
@@ -84,6 +85,7 @@ import copy
 import json
 import re
 import sys
+import tempfile
 import time
 import warnings
 from importlib.metadata import version
@@ -99,10 +101,12 @@ from era5_forecast import (
     FIRST_VALID,
     FRAMES,
     LEAD,
+    ROOT,
     STEP,
     TRAIN_END,
     VAL_END,
     forecast_dataset,
+    plot_pit,
     score,
     subsample,
     table,
@@ -121,6 +125,7 @@ except ImportError as err:  # pragma: no cover - environment check
     ) from err
 
 CACHE = Path.home() / ".cache" / "xnp" / "bench_era5_deepsensor"
+IMAGE = ROOT / "docs" / "images" / "era5_forecast_deepsensor_pit.png"
 COMMAND = "/work/ds-venv/bin/python recipes/benchmarks/era5_forecast_deepsensor.py"
 #: DeepSensor's default UNet (4 levels of 64 channels).
 UNET_CHANNELS = (64, 64, 64, 64)
@@ -524,7 +529,7 @@ def main() -> None:
     inits = era5.time.values[init_idx]
     truth = era5.isel(time=slice(FIRST_VALID, None))
     print(f"{inits.size} forecasts, init {inits[0]} … {inits[-1]}")
-    rows, runs = [], {}
+    rows, runs, for_plot = [], {}, {}
     fitted_seconds = 0.0
     for k, (case, (fraction, _, _)) in enumerate(CASES.items()):
         minutes = args.minutes or (0.5 if args.quick else budgets.get(case, FALLBACK_MINUTES))
@@ -542,9 +547,13 @@ def main() -> None:
         seconds = (time.perf_counter() - start) / inits.size
         stats = score(pred, truth)
         rows.append((case, f"DeepSensor ConvNP ({run['steps']} steps)", stats, seconds))
+        for_plot[case] = {"DeepSensor ConvNP": pred}
         print(f"  {case}: RMSE {stats[0][0]:.3f} K, CRPS {stats[2][0]:.3f} K, "
               f"NLL {stats[3][0]:.3f}, 90 % cov {stats[4][0]:.2f}")  # fmt: skip
 
+    writing = not (args.no_write or args.quick)
+    image = IMAGE if writing else Path(tempfile.gettempdir()) / IMAGE.name
+    plot_pit(for_plot, truth, image)
     quoted = quoted_rows(section)
     keep = [r for r in quoted if r[1].startswith("xnp") or "diurnal" in r[1]]
     merged = []
@@ -605,16 +614,17 @@ def main() -> None:
         + text_table
         + "\n\n† Quoted from the `era5_forecast` section (not re-run), where xnp's BSA-TNP and "
         "the best baseline were scored on the same forecasts and inputs.\n\n"
-        + comparison(rows, section, runs)
-        + "\n"
+        f"![PIT histograms and reliability of ConvNP's forecasts](images/{IMAGE.name})\n\n"
+        "Calibration of ConvNP's forecasts (the `era5_forecast` section has the same figure "
+        "for xnp and the baselines).\n\n" + comparison(rows, section, runs) + "\n"
     )
     print(text)
     print(f"total {total / 60:.1f} min (fits {fit_min:.1f} min, evaluation {eval_min:.1f} min)")
-    if args.no_write or args.quick:
-        print("not written (--quick or --no-write)")
-    else:
+    if writing:
         write_section("era5_forecast_deepsensor", text)
-        print("wrote the era5_forecast_deepsensor section of docs/benchmarks.md")
+        print(f"wrote the era5_forecast_deepsensor section of docs/benchmarks.md and {image}")
+    else:
+        print(f"not written (--quick or --no-write); the figure is in {image}")
 
 
 if __name__ == "__main__":
