@@ -57,13 +57,24 @@ def machine() -> str:
             f"({jax.default_backend()}), Python {platform.python_version()}")  # fmt: skip
 
 
+def _section_pattern(name: str) -> tuple[str, str, re.Pattern]:
+    """The markers of section ``name`` of docs/benchmarks.md and a pattern matching it."""
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    return begin, end, re.compile(re.escape(begin) + r"(.*?)" + re.escape(end), re.S)
+
+
+def read_section(name: str) -> str:
+    """The text of section ``name`` of docs/benchmarks.md ('' if absent)."""
+    found = _section_pattern(name)[2].search(DOC.read_text()) if DOC.exists() else None
+    return found.group(1) if found else ""
+
+
 def write_section(name: str, markdown: str) -> None:
     """Replace (or append) section ``name`` of docs/benchmarks.md, atomically."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
     text = DOC.read_text() if DOC.exists() else HEADER
-    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    begin, end, pattern = _section_pattern(name)
     block = f"{begin}\n{markdown.strip()}\n{end}"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
     fd, tmp = tempfile.mkstemp(dir=DOC.parent, prefix=".benchmarks.", suffix=".md")
     with os.fdopen(fd, "w") as f:

@@ -95,7 +95,7 @@ import numpy as np
 import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import DOC, machine, open_era5, write_section
+from _report import machine, open_era5, read_section, write_section
 from era5_forecast import (
     CASES,
     FIRST_VALID,
@@ -146,13 +146,6 @@ VAL_INITS = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
 
 
 # --------------------------------------------------------------------------- the xnp section
-
-
-def xnp_section() -> str:
-    """The text of the ``era5_forecast`` section of docs/benchmarks.md ('' if absent)."""
-    text = DOC.read_text() if DOC.exists() else ""
-    found = re.search(r"<!-- begin era5_forecast -->(.*?)<!-- end era5_forecast -->", text, re.S)
-    return found.group(1) if found else ""
 
 
 def _cells(line: str) -> list[str]:
@@ -519,7 +512,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     t_start = time.perf_counter()
 
-    section = xnp_section()
+    section = read_section("era5_forecast")
     budgets = {c: r["minutes"] for c, r in xnp_training(section).items()}
     era5 = open_era5()
     pipe = Pipeline(era5)
