@@ -65,3 +65,12 @@ def test_zero_shot_predictions_move_with_the_field(model):
     pb = xnp.predict(model, b["field"].where(mask), b.drop_vars("field"))
     np.testing.assert_allclose(pa.field_mean, pb.field_mean, atol=2e-3)
     np.testing.assert_allclose(pa.field_std, pb.field_std, atol=2e-3)
+
+
+def test_context_statistics_reuse_the_model_structure():
+    # zero-shot prediction makes one model object per context set (its own statistics);
+    # rebuilding the module's structure for each took half a second per time step
+    fresh = xnp.pretrained("gp-sphere")
+    copies = [fresh.with_normaliser(fresh.normaliser, fresh.variables) for _ in range(2)]
+    assert copies[0].graphdef is copies[1].graphdef is fresh.graphdef
+    assert copies[0].params_ is fresh.params_

@@ -248,7 +248,7 @@ class NeuralProcess:
     def graphdef(self) -> nnx.GraphDef:
         """Structure of the model (parameters excluded)."""
         if self._graphdef is None:
-            self._graphdef, _ = nnx.split(_abstract_model(self.config))
+            self._graphdef = _graphdef_of(self.config)
         return self._graphdef
 
     @property
@@ -441,6 +441,23 @@ class NeuralProcess:
 def _predict_fn(graphdef: nnx.GraphDef) -> Any:
     """The jitted forward pass, shared by every model with this structure."""
     return jax.jit(lambda params, context, targets: nnx.merge(graphdef, params)(context, targets))
+
+
+def _graphdef_of(config: Any) -> nnx.GraphDef:
+    """The model structure of ``config``, built once per (hashable) configuration.
+
+    Tracing the model's constructor takes about half a second, and zero-shot
+    prediction makes a new model object (own normaliser) per context set.
+    """
+    try:
+        return _cached_graphdef(config)
+    except TypeError:  # an unhashable config: build it each time
+        return nnx.split(_abstract_model(config))[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_graphdef(config: Any) -> nnx.GraphDef:
+    return nnx.split(_abstract_model(config))[0]
 
 
 def _abstract_model(config: Any) -> nnx.Module:

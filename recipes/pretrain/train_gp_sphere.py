@@ -38,6 +38,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import xnp
+from xnp.checkpoint import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.data.batch import Batch
 from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
@@ -55,6 +56,7 @@ from _report import machine, write_section  # noqa: E402
 VALID_TASKS = SphereFieldTasks(n_context=(16, 256), n_target=256)
 TASKS = dataclasses.replace(VALID_TASKS, method="fourier", n_features=2048)
 VALIDATION_SEED, VALIDATION_BATCHES, BATCH = 10_000, 32, 8
+REWARM = 300  # steps of linear re-warm-up when a resume has no optimiser moments
 
 
 def config() -> BSATNPConfig:
@@ -142,7 +144,7 @@ def main() -> None:
     def validate(p) -> np.ndarray:
         return np.concatenate([np.asarray(task_nll(p, b)) for b, _ in valid])
 
-    start_step, history, best = 0, [], (math.inf, None)
+    start_step, history, best, rewarm = 0, [], (math.inf, None), None
     state_file = args.work / "state.json"
     if args.resume and state_file.exists():
         saved = xnp.load(args.work / "latest")
@@ -150,13 +152,18 @@ def main() -> None:
         meta = json.loads(state_file.read_text())
         start_step, history = meta["step"], meta["history"]
         best = (meta["best_nll"], xnp.load(args.work / "best").params_)
-        opt_state = train.init_optimizer(params)  # the moments restart; the schedule does not
-    t0 = time.perf_counter()
+        opt_file = args.work / "optimizer.safetensors"
+        if opt_file.exists() and meta.get("optimizer_step") == start_step:
+            opt_state = arrays_to_tree(opt_state, read_arrays(opt_file), by_path=False)
+        else:  # fresh moments: ramp the learning rate up again instead of jumping to it
+            rewarm = start_step
+    t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     bar = tqdm(range(start_step, args.steps), desc="pretrain", disable=args.no_progress,
                initial=start_step, total=args.steps)  # fmt: skip
     for k in bar:
+        lr = schedule(k) * (1.0 if rewarm is None else min(1.0, (k - rewarm + 1) / REWARM))
         params, opt_state, loss = step_fn(params, opt_state, sample(jax.random.key(k)),
-                                          jnp.float32(schedule(k)))  # fmt: skip
+                                          jnp.float32(lr))  # fmt: skip
         if (k + 1) % 250 == 0 or k + 1 == args.steps:
             val = float(validate(params).mean())
             history.append({"step": k + 1, "train_nll": float(loss), "val_nll": val,
@@ -169,8 +176,12 @@ def main() -> None:
             NeuralProcess(cfg, params, normaliser=norm, variables=["value"],
                           normalise="context").save(args.work / "latest")  # fmt: skip
             state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = args.work / "optimizer.tmp"
+            write_arrays(tmp, tree_to_arrays(opt_state, by_path=False))
+            tmp.replace(args.work / "optimizer.safetensors")
             tmp = state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"step": k + 1, "history": history, "best_nll": best[0]}))
+            tmp.write_text(json.dumps({"step": k + 1, "history": history, "best_nll": best[0],
+                                       "optimizer_step": k + 1}))  # fmt: skip
             tmp.replace(state_file)
 
     final = NeuralProcess(
