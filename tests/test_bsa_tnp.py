@@ -184,6 +184,26 @@ def test_e_translation_invariance_euclidean(euclid_model, euclid_data):
     )
 
 
+def test_embedded_coordinates_do_not_depend_on_units():
+    # metres instead of kilometres, minutes instead of hours: with the scales changed
+    # alike, the model computes the same function (embedded values are scaled too)
+    def model(scale, hours):
+        cfg = BSATNPConfig.tiny(
+            spatial_bias="euclidean", spatial_scale=scale, embed_s=True, embed_t=True,
+            temporal_bias=True, temporal_scale=hours,
+        )  # fmt: skip
+        return BSATNP(cfg, rngs=nnx.Rngs(4))
+
+    ctx = random_points(jax.random.key(5), 2, 30, time=True)
+    tgt = random_points(jax.random.key(6), 2, 20, time=True)
+    units = lambda p: p.replace(s=p.s * 1000.0, t=p.t * 60.0)  # noqa: E731
+    np.testing.assert_allclose(
+        model(1000.0, 24.0 * 60.0)(units(ctx), units(tgt))[0],
+        model(1.0, 24.0)(ctx, tgt)[0],
+        rtol=1e-4, atol=1e-4,
+    )  # fmt: skip
+
+
 def rotate_latlon(s, rotation):
     lat, lon = jnp.deg2rad(s[..., 0]), jnp.deg2rad(s[..., 1])
     xyz = jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], -1)

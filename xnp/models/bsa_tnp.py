@@ -144,14 +144,16 @@ class BSATNP(nnx.Module):
         b, n = p.mask.shape
         flag = self.obs_embed(jnp.full((b, n), int(observed), jnp.int32))
         parts = [flag, p.x]
+        # embedded coordinates get the scales of the biases, so that the MLP sees
+        # values of order one whatever the data's units (metres, hours)
         if cfg.embed_s:
             parts.append(
                 latlon_to_xyz(p.s[..., 0], p.s[..., 1])
                 if cfg.spatial_bias == "great_circle"
-                else p.s
+                else p.s / jnp.asarray(cfg.spatial_scale, p.s.dtype)
             )
         if cfg.embed_t:
-            parts.append(p.t)
+            parts.append(p.t / jnp.asarray(cfg.temporal_scale, p.t.dtype))
         parts.append(p.f if observed else jnp.zeros_like(p.f))
         dtype = jnp.dtype(cfg.dtype)
         tokens = jnp.concatenate([a.astype(dtype) for a in parts], axis=-1)

@@ -67,7 +67,9 @@ class BSATNPConfig(ConfigIO):
         Whether location and time are also embedded as features.  Leave False for a
         model that is invariant to rotations (great circle) or translations
         (Euclidean) of space and to shifts of time: then they enter only through
-        the attention biases.
+        the attention biases.  Embedded coordinates are unit vectors on the sphere
+        (``"great_circle"``), otherwise divided by ``spatial_scale``; embedded
+        times are divided by ``temporal_scale``.
     spatial_bias : {"great_circle", "euclidean", "none"}
         Metric of the spatial attention bias.
     spatial_scale : float
