@@ -272,3 +272,86 @@ def test_coordinate_names_of_the_training_data_are_hints_not_requirements(model,
     renamed = data.rename(lat="latitude", lon="longitude")
     out = predict(named, renamed, grid().rename(lat="latitude", lon="longitude"), time=t0)
     assert out["t2m_mean"].dims == ("latitude", "longitude")
+
+
+# -- labels and inputs users really pass ---------------------------------------------------
+
+
+def test_template_with_its_own_scalar_time_takes_the_context_time(model, data):
+    # a frame of the data used as the grid must not relabel predictions for other times
+    out = predict(model, data, data.isel(time=0))
+    np.testing.assert_array_equal(out.time.values, data.time.values)
+    one = predict(model, data.isel(time=0), data.isel(time=2))
+    assert one.time.values == data.time.values[0]
+
+
+def test_scalar_context_time_labels_targets_without_time(model, data):
+    frame = data.isel(time=1)
+    out = predict(model, frame, {"lat": frame.lat.values, "lon": frame.lon.values})
+    assert out.time.values == frame.time.values
+
+
+def test_template_time_dimension_selects_the_times(model, data):
+    out = predict(model, data, data.isel(time=[0, 2]))
+    np.testing.assert_array_equal(out.time.values, data.time.values[[0, 2]])
+
+
+def test_absent_times_raise_xnp_errors(model, data):
+    with pytest.raises(CoordinateError, match="not in the data"):
+        predict(model, data, grid(), time=np.datetime64("1990-01-01"))
+    with pytest.raises(EmptyDataError, match="no time of the data"):
+        predict(model, data, grid(), time=slice("1990-01-01", "1990-02-01"))
+    with pytest.raises(CoordinateError, match="not in the data"):
+        predict(model, data.isel(time=[0, 1]), data.isel(time=[1, 2]))
+
+
+def test_scalar_targets_chunks_and_dtypes(model, data):
+    frame = data.isel(time=0)
+    one = predict(model, frame, {"lat": 51.0, "lon": 0.5})
+    assert one["t2m_mean"].shape == (1, 1)
+    assert np.isfinite(one["t2m_mean"]).all()
+    eager = predict(model, frame, grid())
+    lazy = predict(model, frame, grid(), chunks=5)
+    assert lazy["t2m_mean"].chunks == ((5, 5, 2), (5, 5, 5))
+    assert eager["t2m_mean"].dtype == lazy["t2m_mean"].dtype == np.float32
+    with pytest.raises(ConfigError, match="do not have"):
+        predict(model, frame, grid(), chunks={"latitude": 3})
+    with pytest.raises(ConfigError, match="chunks must be"):
+        predict(model, frame, grid(), chunks=[3])
+
+
+def test_model_by_path_or_name_and_unnamed_arrays(model, data, tmp_path):
+    frame = data.isel(time=0)
+    model.save(tmp_path / "m")
+    by_path = predict(str(tmp_path / "m"), frame, grid())
+    xr.testing.assert_allclose(by_path, predict(model, frame, grid()))
+    unnamed = predict(model, frame["t2m"].rename(None), grid())
+    assert set(unnamed.data_vars) == {"t2m_mean", "t2m_std"}
+    with pytest.raises(ConfigError, match="neither a model directory"):
+        predict("no-such-model", frame, grid())
+    with pytest.raises(ConfigError, match="must be a NeuralProcess"):
+        predict(42, frame, grid())
+
+
+def test_zero_shot_context_without_spread_is_refused(model, data):
+    zero_shot = NeuralProcess.init(model.config, model.normaliser, ["value"],
+                                   normalise="context")  # fmt: skip
+    frame = data["t2m"].isel(time=0)
+    with pytest.raises(EmptyDataError, match="all equal"):
+        predict(zero_shot, xr.full_like(frame, 280.0), grid(4, 5))
+    single = frame.where((frame.lat == frame.lat[0]) & (frame.lon == frame.lon[0]))
+    with pytest.raises(EmptyDataError, match="1 observation"):
+        predict(zero_shot, single, grid(4, 5))
+
+
+def test_numpy_timedelta_lead_times(forecaster):
+    data = grid_dataset(nt=5, ny=6, nx=7, nan_fraction=0.1)
+    t0 = data.time.values[3]
+    by_hours = predict(forecaster, data, grid(5, 6), time=t0, lead_time=[6, 3])
+    by_numpy = predict(forecaster, data, grid(5, 6), time=t0,
+                       lead_time=np.array([6, 3], "timedelta64[h]"))  # fmt: skip
+    xr.testing.assert_identical(by_numpy, by_hours)
+    again = predict(forecaster, data, grid(5, 6), time=t0, lead_time=by_numpy.lead_time.values)
+    xr.testing.assert_identical(again, by_hours)
+    one = predict(forecaster, data, grid(5, 6), time=t0, lead_time=np.timedelta64(6, "h"))
+    assert one.lead_time.values == np.timedelta64(6, "h")

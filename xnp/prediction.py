@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -48,7 +50,7 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
-from xnp.errors import ConfigError, EmptyDataError, XnpWarning
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
 from xnp.infer import Predictor, parse_distance_km
 from xnp.points import Points
 
@@ -66,11 +68,15 @@ def _as_dataset(data: xr.Dataset | xr.DataArray, what: str) -> xr.Dataset:
 
 
 def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
-    """The target coordinates as a Dataset (data variables dropped)."""
+    """The target coordinates as a Dataset (data variables dropped).
+
+    A dict of coordinates makes a grid; scalar values are a grid of one point.
+    """
     if targets is None:
         return data.drop_vars(list(data.data_vars))
     if isinstance(targets, Mapping) and not isinstance(targets, xr.Dataset):
-        return xr.Dataset(coords=dict(targets))
+        coords = {k: np.atleast_1d(v) if np.ndim(v) == 0 else v for k, v in targets.items()}
+        return xr.Dataset(coords=coords)
     tmpl = _as_dataset(targets, "targets")
     # keep the chunks of the first data variable, if any, for the lazy path
     chunks = next((v.chunksizes for v in tmpl.data_vars.values() if v.chunks), None)
@@ -181,6 +187,67 @@ class _Options:
     sources: tuple[tuple[int, xr.Dataset], ...] = ()
 
 
+def _resolve_model(model: Any) -> Any:
+    """A model object from a model, a saved model directory or a shipped model's name."""
+    if isinstance(model, str | os.PathLike):
+        from xnp.estimator import load  # (imported here: xnp.estimator imports this module)
+        from xnp.pretrained import available_pretrained, pretrained
+
+        path = Path(model).expanduser()
+        if path.exists():
+            return load(path)
+        if str(model) in available_pretrained():
+            return pretrained(str(model))
+        raise ConfigError(
+            f"{str(model)!r} is neither a model directory nor a pretrained model "
+            f"({', '.join(available_pretrained()) or 'none installed'})."
+        )
+    if not all(hasattr(model, a) for a in ("variables", "normaliser", "params_")):
+        raise ConfigError(
+            f"model must be a NeuralProcess (from fit, xnp.load or xnp.pretrained), a model "
+            f"directory or a pretrained model's name; got {type(model).__name__}."
+        )
+    return model
+
+
+def _check_chunks(chunks: Any, template: xr.Dataset) -> dict[str, Any]:
+    """``chunks`` as a dict over the template's dims (an int applies to every dim)."""
+    if not chunks:
+        return {}
+    dims = list(template.dims)
+    if isinstance(chunks, int) and not isinstance(chunks, bool):
+        return dict.fromkeys(dims, chunks)
+    if not isinstance(chunks, Mapping):
+        raise ConfigError(
+            f"chunks must be a dict of target dimension to chunk size (e.g. {{'lat': 64}}) or "
+            f"one int for every dimension; got {type(chunks).__name__}."
+        )
+    unknown = [d for d in chunks if d not in dims]
+    if unknown:
+        raise ConfigError(
+            f"chunks names dimension(s) {unknown} that the targets do not have; their "
+            f"dimensions are {dims}."
+        )
+    return dict(chunks)
+
+
+def _select_times(data: xr.Dataset, layout: Any, time: Any) -> xr.Dataset:
+    """``data`` at ``time`` (``.sel``), with an xnp error when a time is absent."""
+    values = data[layout.time].values
+    span = f"{values.min()} to {values.max()}" if values.size else "no time"
+    try:
+        out = data.sel({layout.time: time})
+    except (KeyError, ValueError, TypeError) as err:
+        raise CoordinateError(
+            f"time {time!r} is not in the data, which covers {span} "
+            f"({values.size} times); pick one of data.{layout.time}.values, or select "
+            f"with method='nearest' first: data.sel({layout.time}=..., method='nearest')."
+        ) from err
+    if layout.time_dim in out.dims and out.sizes[layout.time_dim] == 0:
+        raise EmptyDataError(f"no time of the data falls in {time!r}; the data covers {span}.")
+    return out
+
+
 def _check_sources(model: Any, sources: Mapping[str, Any] | None) -> tuple:
     """``context_sources`` as (id, Dataset) pairs, checked against the model's sources."""
     if not sources:
@@ -262,9 +329,17 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
         for j, v in enumerate(variables):
             f = ps.f[:, j][np.isfinite(ps.f[:, j])]
             std = float(f.std()) if f.size > 1 else 0.0
+            if not std > 0:
+                t = find_coords(data, v, **_names(model, data)).time
+                when = "" if t is None else f" at {data[t].values}"
+                raise EmptyDataError(
+                    f"the context of {v!r}{when} has {f.size} observation(s), all equal: a "
+                    "zero-shot model scales its prediction by the spread of the context "
+                    "values, and there is none. Give at least two different observations, "
+                    "or fit a model on your data."
+                )
             attrs = data[v].attrs
-            stats[v] = Stats(float(f.mean()), std if std > 0 else 1.0,
-                             attrs.get("units"), attrs.get("long_name"))  # fmt: skip
+            stats[v] = Stats(float(f.mean()), std, attrs.get("units"), attrs.get("long_name"))
         model = model.with_normaliser(Normaliser(stats), variables)
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
@@ -293,8 +368,9 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
         mean, std = ctx.predictor.predict_state(ctx.state(), targets)
     else:
         mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
-    mean, std = model.denormalise(mean, std)
-    return predictions_to_xarray(tgt_ps, mean[0], std[0], list(model.variables), attrs=ctx.attrs)
+    mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
+    return predictions_to_xarray(tgt_ps, mean[0].astype(np.float32), std[0].astype(np.float32),
+                                 list(model.variables), attrs=ctx.attrs)  # fmt: skip
 
 
 def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:
@@ -333,13 +409,18 @@ def predict(
 
     Parameters
     ----------
-    model : NeuralProcess
-        A fitted (or loaded) model.
+    model : NeuralProcess, path or str
+        A fitted (or loaded) model, a saved model's directory, or the name of a
+        pretrained model (:func:`xnp.available_pretrained`).
     data : Dataset or DataArray
         Observations used as context (missing values are skipped); never modified.
+        An unnamed DataArray is taken as the model's (single) variable.
     targets : Dataset, DataArray or dict of coordinates, optional
         Where to predict.  Default: every point of ``data`` (gap filling).
-        A dask-chunked template gives a lazy result.
+        A dask-chunked template gives a lazy result.  A dict of 1-D coordinates
+        is a grid (scalars: a grid of one point).  A scalar time coordinate of the
+        template is ignored (predictions carry the context's time); a time
+        dimension selects the times to predict.
     time : optional
         Time(s) to predict, selected from ``data`` with ``.sel``; default all.
         For a forecast model these are the initialisation times: the context is
@@ -351,9 +432,9 @@ def predict(
     context_radius : str or float, optional
         E.g. ``"500km"``: each chunk conditions only on context within that
         great-circle distance.
-    chunks : dict, optional
-        Dask chunks of the target dims, e.g. ``{"lat": 64}``; makes the result
-        lazy even for an in-memory template.
+    chunks : dict or int, optional
+        Dask chunks of the target dims, e.g. ``{"lat": 64}`` (an int: every
+        dim); makes the result lazy even for an in-memory template.
     memory_budget : str or int
         Memory a chunk of targets may use (sets the chunk size).
     progress : bool
@@ -366,12 +447,15 @@ def predict(
     Returns
     -------
     xr.Dataset
-        ``{variable}_mean`` and ``{variable}_std`` on the target coordinates (and
+        ``{variable}_mean`` and ``{variable}_std`` (float32) on the target coordinates (and
         ``time``), with ``units``, ``long_name`` and provenance attributes.  For a
         forecast model: on ``init_time`` and ``lead_time`` (dimensions, or scalar
         coordinates when ``time``/``lead_time`` are scalars), with the
         ``valid_time = init_time + lead_time`` coordinate.
     """
+    model = _resolve_model(model)
+    if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
+        data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
     data = _as_dataset(data, "data")
     if getattr(model, "normalise", "fitted") == "context":
         model = _zero_shot_variable(model, data)
@@ -382,7 +466,7 @@ def predict(
             f"and the data holds {list(data.data_vars)}."
         )
     template = _template(targets, data)
-    chunks = dict(chunks or template.attrs.pop("_xnp_chunks", {}) or {})
+    chunks = _check_chunks(chunks or template.attrs.pop("_xnp_chunks", {}), template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,
                     _check_sources(model, context_sources))  # fmt: skip
@@ -396,10 +480,14 @@ def predict(
             "lead_time is for forecast models; this model interpolates at the context's "
             "own time. Select times with `time=`."
         )
-    if layout.time is None or layout.time_dim is None:
+    if layout.time is None:
         return _one_time(model, data, template, opts)
-    data_t = data if time is None else data.sel({layout.time: time})
     tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
+    if layout.time_dim is None:  # a single frame with a scalar time: keep its label
+        return _one_time(model, data, _at_time(template, data, layout, tmpl_time), opts)
+    if time is None and tmpl_time is not None and tmpl_time in template.dims:
+        time = template[tmpl_time].values  # the template asks for these times
+    data_t = data if time is None else _select_times(data, layout, time)
     if layout.time_dim not in data_t.dims:  # one time selected
         return _one_time(model, data_t, _at_time(template, data_t, layout, tmpl_time), opts)
     results = []
@@ -435,6 +523,9 @@ def _lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:
     values = [lead_time] if scalar else list(lead_time)
     hours = []
     for v in values:
+        if isinstance(v, np.timedelta64):  # (a numpy integer subclass: test it first)
+            hours.append(float(v / np.timedelta64(1, "h")) if not np.isnat(v) else np.nan)
+            continue
         if isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool):
             hours.append(float(v))
             continue
@@ -549,10 +640,21 @@ def forecast_layout(
 
 
 def _at_time(template: xr.Dataset, frame: xr.Dataset, layout: Any, tmpl_time: Any) -> xr.Dataset:
-    """The target template at the frame's time (selected, or added as a scalar coord)."""
+    """The target template at the frame's time (selected, or set as a scalar coord).
+
+    A scalar time of the template (e.g. ``ds.isel(time=0)`` used as a grid) is
+    replaced: the prediction is for the context's time and is labelled so.
+    """
     t = frame[layout.time].values
     if tmpl_time is not None and tmpl_time in template.dims:
-        return template.sel({tmpl_time: t})
-    if tmpl_time is None:
-        return template.assign_coords({layout.time: t})
-    return template
+        try:
+            return template.sel({tmpl_time: t})
+        except KeyError as err:
+            raise CoordinateError(
+                f"the target template has a {tmpl_time!r} dimension without the time {t}; "
+                "give targets without a time dimension (one grid for every time), or with "
+                "the times to predict."
+            ) from err
+    if tmpl_time is not None:
+        template = template.drop_vars(tmpl_time)
+    return template.assign_coords({layout.time: t})
