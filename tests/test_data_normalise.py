@@ -86,6 +86,15 @@ def test_units_checks():
     check_same_units("t2m", "K", None, ("context", "targets"))
     with pytest.raises(IncompatibleUnitsError, match="context"):
         check_same_units("t2m", "K", "degC", ("context", "targets"))
+    # spellings of one unit are the same unit; the hint fits the pair of units
+    norm.check_units("t2m", "kelvin")
+    check_same_units("u10", "m/s", "m s-1", ("context", "targets"))
+    check_same_units("t2m", "degrees_Celsius", "degC", ("context", "targets"))
+    with pytest.raises(IncompatibleUnitsError, match=r"ds\['t2m'\] - 273.15"):
+        check_same_units("t2m", "kelvin", "celsius", ("context", "targets"))
+    with pytest.raises(IncompatibleUnitsError) as err:
+        check_same_units("sp", "Pa", "m", ("context", "targets"))
+    assert "273.15" not in str(err.value)
 
 
 def test_fit_does_not_modify_or_load_the_data():

@@ -55,12 +55,57 @@ def check_same_units(
     ...
     xnp.errors.IncompatibleUnitsError: t2m has units 'K' in the context but 'degC' in ...
     """
-    if units_a is None or units_b is None or units_a.strip() == units_b.strip():
+    if units_a is None or units_b is None:
         return
+    a, b = _canonical_units(units_a), _canonical_units(units_b)
+    if a == b:
+        return
+    hint = _CONVERSIONS.get((a, b), "ds[{name!r}] converted, with attrs['units'] set")
     raise IncompatibleUnitsError(
         f"{name} has units {units_a!r} in the {what[0]} but {units_b!r} in the {what[1]}. "
-        f"Convert one of them (e.g. ds[{name!r}] - 273.15 and set attrs['units']) so they match."
+        f"Convert one of them so that they match (e.g. {hint.format(name=name)})."
     )
+
+
+# Spellings of the same unit met in CF/UDUNITS metadata.  A table, not a units library:
+# cf-units needs the UDUNITS C library and pint is a large dependency, while xnp only
+# has to tell equal units from different ones.
+_UNIT_SPELLINGS = {
+    "K": ("k", "kelvin", "kelvins", "degk", "deg_k", "degree_kelvin", "degrees_kelvin"),
+    "degC": ("degc", "deg_c", "°c", "celsius", "degree_celsius", "degrees_celsius",
+             "degree_c", "degrees_c", "c"),
+    "degF": ("degf", "deg_f", "°f", "fahrenheit", "degree_fahrenheit", "degrees_fahrenheit"),
+    "m": ("m", "metre", "metres", "meter", "meters"),
+    "km": ("km", "kilometre", "kilometres", "kilometer", "kilometers"),
+    "mm": ("mm", "millimetre", "millimetres", "millimeter", "millimeters"),
+    "m s-1": ("m s-1", "m/s", "m s**-1", "m.s-1", "m s^-1", "meters per second",
+              "metres per second"),
+    "Pa": ("pa", "pascal", "pascals"),
+    "hPa": ("hpa", "mbar", "millibar", "millibars", "mb"),
+    "1": ("1", "", "dimensionless", "-"),
+    "%": ("%", "percent"),
+}  # fmt: skip
+_UNIT_NAMES = {alias: unit for unit, aliases in _UNIT_SPELLINGS.items() for alias in aliases}
+_CONVERSIONS = {
+    ("K", "degC"): "ds[{name!r}] - 273.15 with attrs['units'] = 'degC'",
+    ("degC", "K"): "ds[{name!r}] + 273.15 with attrs['units'] = 'K'",
+    ("Pa", "hPa"): "ds[{name!r}] / 100 with attrs['units'] = 'hPa'",
+    ("hPa", "Pa"): "ds[{name!r}] * 100 with attrs['units'] = 'Pa'",
+}
+
+
+def _canonical_units(units: str) -> str:
+    """One spelling per unit for the common CF/UDUNITS names (others as written).
+
+    >>> (
+    ...     _canonical_units("kelvin"),
+    ...     _canonical_units(" degrees_Celsius "),
+    ...     _canonical_units("W m-2"),
+    ... )
+    ('K', 'degC', 'W m-2')
+    """
+    text = " ".join(str(units).split())
+    return _UNIT_NAMES.get(text.lower(), text)
 
 
 @dataclasses.dataclass(frozen=True)
