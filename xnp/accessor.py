@@ -28,13 +28,13 @@ class _NPAccessor:
 
     def predict(
         self,
-        model: NeuralProcess,
+        model: NeuralProcess | str | os.PathLike,
         targets: Any = None,
         *,
         time: Any = None,
         lead_time: Any = None,
         context_radius: str | float | None = None,
-        chunks: dict[str, int] | None = None,
+        chunks: dict[str, int] | int | None = None,
         memory_budget: str | int = "1GiB",
         progress: bool = False,
         context_sources: dict[str, Any] | None = None,

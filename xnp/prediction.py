@@ -400,7 +400,7 @@ def predict(
     time: Any = None,
     lead_time: Any = None,
     context_radius: str | float | None = None,
-    chunks: Mapping[str, int] | None = None,
+    chunks: Mapping[str, int] | int | None = None,
     memory_budget: str | int = "1GiB",
     progress: bool = False,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
