@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pandas as pd
 import pyproj
 import pytest
 import xarray as xr
@@ -69,7 +72,7 @@ def test_projected_grid_from_grid_mapping_matches_pyproj():
 
 def test_projected_grid_with_explicit_crs_and_km_units():
     ds = projected_dataset(with_mapping=False)
-    with pytest.raises(CoordinateError, match="crs="):
+    with pytest.raises(CoordinateError, match="grid_mapping"):
         find_coords(ds, "t2m")
     km = ds.assign_coords(x=ds.x / 1000, y=ds.y / 1000)
     km.x.attrs["units"] = km.y.attrs["units"] = "km"
@@ -77,6 +80,37 @@ def test_projected_grid_with_explicit_crs_and_km_units():
     lat_k, lon_k = latlon(km, find_coords(km, "t2m", crs="EPSG:27700"))
     np.testing.assert_allclose(lat_m, lat_k)
     np.testing.assert_allclose(lon_m, lon_k)
+
+
+def test_missing_grid_mapping_recommends_a_grid_mapping_coordinate():
+    ds = projected_dataset(with_mapping=False)
+    with pytest.raises(CoordinateError, match="no map projection") as info:
+        find_coords(ds, "t2m")
+    message = str(info.value)
+    assert "Pass the projection" not in message  # fit and predict take no crs=
+    fixed = _fix(message, r"coordinate, e\.g\. (.*?)\. \(", ds)
+    expected = latlon(projected_dataset(), find_coords(projected_dataset(), "t2m"))
+    np.testing.assert_allclose(latlon(fixed, find_coords(fixed, "t2m")), expected)
+    template = _fix(message, r"coordinate, e\.g\. (.*?)\. \(", xr.Dataset(coords=ds.coords))
+    assert find_coords(template).kind == "projected"  # a coordinate-only target grid too
+
+
+def test_latlon_named_y_x_without_attributes_recommends_cf_attributes():
+    ds = grid_dataset().rename(lat="y", lon="x")
+    ds["y"].attrs, ds["x"].attrs = {}, {}
+    with pytest.raises(CoordinateError, match="no map projection") as info:
+        find_coords(ds, "t2m")
+    fixed = _fix(str(info.value), r"say so: (.*?)\. Otherwise", ds)
+    layout = find_coords(fixed, "t2m")
+    assert (layout.kind, layout.lat, layout.lon) == ("grid", "y", "x")
+
+
+def test_grid_mapping_dropped_by_a_selection_says_to_keep_it():
+    ds = projected_dataset()
+    with pytest.raises(CoordinateError, match=r"set_coords\('crs'\)"):
+        find_coords(ds[["t2m"]], "t2m")
+    kept = ds.set_coords("crs")[["t2m"]]
+    assert find_coords(kept, "t2m").kind == "projected"
 
 
 def test_station_layout_with_elevation():
@@ -106,6 +140,18 @@ def test_missing_latlon_lists_present_coordinates():
     with pytest.raises(CoordinateError, match=r"'a', 'b'") as info:
         find_coords(ds, "v")
     assert isinstance(info.value, XnpError)
+    assert "Name them explicitly" not in str(info.value)  # fit and predict take no lat=
+    nemo = curvilinear_dataset().rename(nav_lat="gphit", nav_lon="glamt")  # NEMO's own names
+    with pytest.raises(CoordinateError, match=r"attrs\.update") as info:
+        find_coords(nemo, "sst")
+    message = str(info.value).replace("nav_lat", "gphit").replace("nav_lon", "glamt")
+    fixed = _fix(message, r"CF attributes, e\.g\. (.*?), or rename", nemo)
+    assert (find_coords(fixed, "sst").kind, find_coords(fixed, "sst").lat) == (
+        "curvilinear",
+        "gphit",
+    )
+    renamed = _fix(message, r"rename them: (.*?)\. \(", nemo)
+    assert find_coords(renamed, "sst").lat == "lat"
 
 
 def test_unknown_variable_lists_variables():
@@ -121,6 +167,47 @@ def test_latitude_out_of_range():
 
 
 @pytest.mark.parametrize(
+    ("name", "degrees"), [("lat", np.linspace(50.0, 54.0, 5)), ("lon", np.arange(-3.0, 3.0))]
+)
+def test_radians_by_units_are_an_error(name, degrees):
+    ds = grid_dataset()
+    ds = ds.assign_coords({name: (name, np.deg2rad(degrees), {"units": "radians"})})
+    with pytest.raises(CoordinateError, match="radians") as info:
+        latlon(ds, find_coords(ds, "t2m"))
+    fixed = _fix(str(info.value), r"Convert it: (.*)\.$", ds)
+    lat, lon = latlon(fixed, find_coords(fixed, "t2m"))
+    np.testing.assert_allclose(lat[:, 0] if name == "lat" else lon[0], degrees)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("name", ["lat", "lon"])
+def test_missing_station_coordinates_have_their_own_message(name, bad):
+    ds = station_dataset()
+    ds[name].values[3] = bad
+    with pytest.raises(CoordinateError, match="1 point") as info:
+        latlon(ds, find_coords(ds, "t2m"))
+    message = str(info.value)
+    assert "missing latitude/longitude" in message
+    assert "swapped" not in message
+    fixed = _fix(message, r"Drop them: (.*)\.$", ds)
+    assert fixed.sizes["station"] == ds.sizes["station"] - 1
+    assert np.isfinite(latlon(fixed, find_coords(fixed, "t2m"))).all()
+
+
+def test_missing_grid_and_curvilinear_coordinates():
+    ds = grid_dataset()
+    ds["lat"] = ds.lat.copy(data=np.where(np.arange(5) == 1, np.nan, ds.lat.values))
+    with pytest.raises(CoordinateError, match="6 point") as info:
+        latlon(ds, find_coords(ds, "t2m"))
+    fixed = _fix(str(info.value), r"Drop them: (.*)\.$", ds)
+    assert latlon(fixed, find_coords(fixed, "t2m"))[0].shape == (4, 6)
+    curvi = curvilinear_dataset()
+    curvi["nav_lat"][1, 2] = np.nan
+    with pytest.raises(CoordinateError, match=r"1 point.*cannot be dropped"):
+        latlon(curvi, find_coords(curvi, "sst"))
+
+
+@pytest.mark.parametrize(
     ("times", "what"),
     [
         (hourly_times(3)[[0, 1, 1]], "duplicate"),
@@ -133,11 +220,77 @@ def test_duplicate_or_unsorted_times(times, what):
         find_coords(ds, "t2m")
 
 
-def test_time_not_datetime_is_not_time():
+def _fix(message: str, pattern: str, ds: xr.Dataset) -> xr.Dataset:
+    """Run the code an error message recommends (the first group of ``pattern``) on ``ds``."""
+    found = re.search(pattern, message)
+    assert found, f"no {pattern!r} in {message!r}"
+    scope = {"ds": ds, "np": np, "pd": pd, "xr": xr, "pyproj": pyproj}
+    exec(found.group(1), scope)  # the message's code must run as written
+    return scope["ds"]
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs"),
+    [
+        ("time", {}),
+        ("t", {}),
+        ("valid_time", {}),
+        ("obs", {"standard_name": "time"}),
+        ("obs", {"axis": "T"}),
+    ],
+)
+def test_undecoded_time_is_an_error_not_an_extra_dimension(name, attrs):
+    ds = grid_dataset().rename(time=name).assign_coords({name: (name, np.arange(8), attrs)})
+    with pytest.raises(CoordinateError, match="not datetimes") as info:
+        find_coords(ds, "t2m")
+    message = str(info.value)
+    assert "decode_cf" in message
+    assert ("rename" in message) == (not attrs)  # renaming does not help when CF says time
+    decoded = _fix(message, r"decode them: (.*?), or assign", ds)
+    assert find_coords(decoded, "t2m").time_dim == name
+    assigned = _fix(message, r"assign datetimes: (.*?)\.(?: If|$)", ds)
+    assert find_coords(assigned, "t2m").time_dim == name
+
+
+def test_time_with_cf_units_since_is_to_be_decoded():
+    hours = ("hours", np.arange(8.0) * 6, {"units": "hours since 2019-03-01"})
+    ds = grid_dataset().rename(time="hours").assign_coords(hours=hours)
+    with pytest.raises(CoordinateError, match=r"xr\.decode_cf\(ds\)") as info:
+        find_coords(ds, "t2m")
+    assert "rename" not in str(info.value)
+    layout = find_coords(xr.decode_cf(ds), "t2m")
+    assert layout.time_dim == "hours"
+
+
+@pytest.mark.parametrize(
+    ("values", "pattern"),
+    [
+        (hourly_times(8) - hourly_times(8)[0], r"reference date: (.*?)\. If"),
+        (np.datetime_as_string(hourly_times(8), unit="h"), r"Parse them: (.*?)\. If"),
+    ],
+)
+def test_timedelta_or_string_time_says_how_to_convert(values, pattern):
+    ds = grid_dataset().assign_coords(time=values)
+    with pytest.raises(CoordinateError, match="not datetimes") as info:
+        find_coords(ds, "t2m")
+    assert find_coords(_fix(str(info.value), pattern, ds), "t2m").time_dim == "time"
+
+
+def test_undecoded_scalar_time_and_explicit_time_are_errors():
     ds = grid_dataset().assign_coords(time=np.arange(8))
-    assert find_coords(ds, "t2m").time is None
+    with pytest.raises(CoordinateError, match="not datetimes"):
+        find_coords(ds.isel(time=0), "t2m")
     with pytest.raises(CoordinateError, match="not datetimes"):
         find_coords(ds, "t2m", time="time")
+
+
+def test_numeric_coordinate_not_named_like_time_is_not_time():
+    ds = grid_dataset().rename(time="step").assign_coords(step=np.arange(8))
+    layout = find_coords(ds, "t2m")
+    assert layout.time is None
+    assert layout.extra_dims == ("step",)
+    both = grid_dataset().assign_coords(t=("time", np.arange(8)))  # a datetime time wins
+    assert find_coords(both, "t2m").time == "time"
 
 
 @pytest.mark.parametrize("calendar", ["noleap", "360_day", "standard"])

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from hypothesis import given, settings
@@ -78,11 +81,38 @@ def test_dataarray_input():
 
 def test_extra_dims_raise_or_flatten():
     ds = grid_dataset(nt=2).expand_dims(member=3)
-    with pytest.raises(DimensionError, match=r"member.*isel"):
+    with pytest.raises(DimensionError, match=r"member.*isel") as info:
         to_points(ds, "t2m")
+    assert "to_points and TaskSampler can instead" in str(info.value)  # not a fit argument
     points = to_points(ds, "t2m", extra_dims="flatten")
     assert len(points) == ds.t2m.size
     xr.testing.assert_equal(points.scatter(points.f[:, 0]), ds.t2m.drop_attrs())
+
+
+def test_undecoded_time_is_reported_as_time_by_to_points_and_fit():
+    ds = grid_dataset().assign_coords(time=np.arange(8))
+    with pytest.raises(CoordinateError, match="not datetimes"):
+        to_points(ds, "t2m")
+    with pytest.raises(CoordinateError, match="not datetimes"):  # before any training
+        ds.np.fit("t2m", model="bsa-tnp-tiny", steps=1, progress=False)
+
+
+def test_time_dimension_without_coordinate_says_how_to_add_one():
+    ds = grid_dataset().drop_vars("time")
+    with pytest.raises(DimensionError, match="no time dimension") as info:
+        to_points(ds, "t2m")
+    found = re.search(r"give it datetimes: (.*?)\. Otherwise", str(info.value))
+    assert found
+    scope = {"ds": ds, "pd": pd}
+    exec(found.group(1), scope)  # the recommended code runs as written
+    assert to_points(scope["ds"], "t2m").has_time
+
+
+def test_missing_station_coordinates_are_not_called_out_of_range():
+    ds = station_dataset()
+    ds["lon"].values[0] = np.nan  # used to pass silently: only latitude was checked
+    with pytest.raises(CoordinateError, match="missing latitude/longitude"):
+        to_points(ds, "t2m")
 
 
 def test_several_variables_give_several_channels():
@@ -153,7 +183,7 @@ def test_elevation_from_coordinate_variable_and_user_covariate():
     assert np.all(points.x[:, 0] == 1500.0)
     with pytest.raises(VariableNotFoundError, match="neither built in"):
         to_points(grid, "t2m", covariates=["rain"])
-    with pytest.raises(CoordinateError, match="dem="):
+    with pytest.raises(CoordinateError, match="elevation"):
         to_points(grid_dataset(), "t2m", covariates=["elevation"])
 
 

@@ -21,6 +21,7 @@ time dimension is handled separately; every other dimension of the variable is a
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -131,6 +132,78 @@ def _is_datetime(values: Any) -> bool:
     if values.dtype == object and values.size:
         return hasattr(values.flat[0], "calendar")
     return False
+
+
+#: CF units of an undecoded time, e.g. ``"hours since 2000-01-01"``.
+_TIME_UNITS = re.compile(r"^\s*\w+\s+since\s", re.IGNORECASE)
+
+#: Units attributes saying a coordinate is in radians.
+_RADIAN_UNITS = ("rad", "radian", "radians")
+
+
+def _time_kind(values: np.ndarray) -> str | None:
+    """What a time-like coordinate holds instead of datetimes (None if not a time at all)."""
+    kind = values.dtype.kind
+    if kind in "iuf":
+        return "numbers"
+    if kind == "m":
+        return "time differences"
+    if kind in "US" or (kind == "O" and values.size and isinstance(values.flat[0], str)):
+        return "strings"
+    return None
+
+
+def _undecoded_time(obj: XrObj) -> str | None:
+    """The first coordinate that looks like time but holds no datetimes, if any.
+
+    A coordinate looks like time when its CF metadata say so (``standard_name``
+    ``time``, ``axis`` ``T``, ...), its units are ``"<unit> since <date>"``, or its
+    name is one of :data:`xnp.data._names.TIME_NAMES`.
+    """
+    coords = [str(n) for n in obj.coords]
+    names = _by_cf(obj, "time") + _by_name(obj, _names.TIME_NAMES, coords_only=True)
+    names += [n for n in coords if _TIME_UNITS.match(str(obj[n].attrs.get("units", "")))]
+    return next((n for n in names if n in coords and _time_kind(obj[n].values)), None)
+
+
+def _not_datetime(obj: XrObj, name: str) -> CoordinateError:
+    """The error for a time coordinate ``name`` that does not hold datetimes."""
+    coord = obj[name]
+    kind = _time_kind(coord.values) or "values"
+    units = str(coord.attrs.get("units", ""))
+    head = (
+        f"The time coordinate {name!r} holds {kind} ({coord.dtype}), not datetimes, so xnp "
+        "cannot use it as time."
+    )
+    if kind == "numbers" and _TIME_UNITS.match(units):
+        fix = (
+            f"Its units {units!r} say how to decode it: ds = xr.decode_cf(ds) (or open the "
+            "file with the default decode_times=True)."
+        )
+    elif kind == "numbers":
+        fix = (
+            "If these are times, give them CF units and decode them: "
+            f"ds[{name!r}].attrs['units'] = 'hours since 2000-01-01'; ds = xr.decode_cf(ds)"
+        )
+        if coord.ndim == 1 and name == str(coord.dims[0]):
+            fix += (
+                f", or assign datetimes: ds = ds.assign_coords({{{name!r}: pd.date_range("
+                f"'2000-01-01', periods=ds.sizes[{name!r}], freq='6h')}})"
+            )
+        fix += "."
+    elif kind == "time differences":
+        fix = (
+            f"Add the reference date: ds = ds.assign_coords({{{name!r}: "
+            f"np.datetime64('2000-01-01', 'ns') + ds[{name!r}]}})."
+        )
+    else:
+        fix = (
+            "Parse them: "
+            f"ds = ds.assign_coords({{{name!r}: ds[{name!r}].astype('datetime64[ns]')}})."
+        )
+    if name not in _by_cf(obj, "time") and not _TIME_UNITS.match(units):
+        fix += f" If {name!r} is not a time, rename it: ds = ds.rename({{{name!r}: 'step'}})."
+    return CoordinateError(f"{head} {fix}")
 
 
 def source_dataset(name: str, source: Any, variables: Sequence[str]) -> xr.Dataset:
@@ -298,22 +371,52 @@ def _find_projection(obj: XrObj, var: XrObj, crs: Any) -> tuple[str, str, str]:
     if not xs or not ys:
         raise CoordinateError(
             f"No latitude/longitude (or projected x/y) coordinates found ({_present(obj)}). "
-            "Name them explicitly, e.g. lat='nav_lat', lon='nav_lon', or give CF attributes "
-            "(standard_name 'latitude'/'longitude', units 'degrees_north'/'degrees_east')."
+            "Give them CF attributes, e.g. ds['nav_lat'].attrs.update(standard_name="
+            "'latitude', units='degrees_north'); ds['nav_lon'].attrs.update(standard_name="
+            "'longitude', units='degrees_east'), or rename them: "
+            "ds = ds.rename({'nav_lat': 'lat', 'nav_lon': 'lon'}). (find_coords, to_points "
+            "and TaskSampler also take the names: lat='nav_lat', lon='nav_lon'.)"
         )
     if crs is None:
-        mapping = var.attrs.get("grid_mapping") or next(
-            (v.attrs["grid_mapping"] for v in _vars(obj) if "grid_mapping" in v.attrs), None
-        )
-        if mapping is None or mapping not in _names_in(obj):
-            raise CoordinateError(
-                f"Found projected coordinates {xs[0]!r}/{ys[0]!r} but no CF grid_mapping "
-                f"({_present(obj)}). Pass the projection with crs=..., e.g. crs='EPSG:27700'."
-            )
-        projection = pyproj.CRS.from_cf(dict(obj[mapping].attrs))
+        projection = pyproj.CRS.from_cf(dict(obj[_grid_mapping(obj, var, xs[0], ys[0])].attrs))
     else:
         projection = pyproj.CRS.from_user_input(crs)
     return xs[0], ys[0], projection.to_wkt()
+
+
+def _grid_mapping(obj: XrObj, var: XrObj, x: str, y: str) -> str:
+    """Name of the CF grid-mapping variable of the projected coordinates ``x``/``y``.
+
+    The one named by the ``grid_mapping`` attribute of ``var`` (or of any data
+    variable); failing that, the only variable or coordinate with a
+    ``grid_mapping_name`` attribute (so a coordinate-only target grid can carry its
+    projection as a coordinate).
+    """
+    mapping = var.attrs.get("grid_mapping") or next(
+        (v.attrs["grid_mapping"] for v in _vars(obj) if "grid_mapping" in v.attrs), None
+    )
+    if mapping is not None:
+        if str(mapping) in _names_in(obj):
+            return str(mapping)
+        raise CoordinateError(
+            f"The grid_mapping attribute names {mapping!r} as the projection of "
+            f"{x!r}/{y!r}, but no such variable is in the data ({_present(obj)}); selecting "
+            "variables, as in ds[['t2m']], drops it. Keep it as a coordinate before "
+            f"selecting: ds = ds.set_coords({mapping!r})."
+        )
+    own = [n for n in _names_in(obj) if "grid_mapping_name" in obj[n].attrs]
+    if len(own) == 1:
+        return own[0]
+    raise CoordinateError(
+        f"Found projected coordinates {x!r}/{y!r} but no map projection: no variable has a "
+        f"CF grid_mapping attribute ({_present(obj)}). If they are in fact latitude/longitude "
+        f"in degrees, say so: ds[{y!r}].attrs.update(standard_name='latitude', "
+        f"units='degrees_north'); ds[{x!r}].attrs.update(standard_name='longitude', "
+        "units='degrees_east'). Otherwise add the projection as a CF grid-mapping "
+        "coordinate, e.g. ds.coords['crs'] = xr.DataArray(0, "
+        "attrs=pyproj.CRS('EPSG:27700').to_cf()). (find_coords, to_points and TaskSampler "
+        "also take crs='EPSG:27700'.)"
+    )
 
 
 def _vars(obj: XrObj) -> list[xr.DataArray]:
@@ -330,14 +433,14 @@ def _find_time(
         candidates += [str(n) for n in obj.coords if _is_datetime(obj[n].values)]
         candidates = [c for c in candidates if _is_datetime(obj[c].values)]
         if not candidates:
+            undecoded = _undecoded_time(obj)
+            if undecoded is not None:
+                raise _not_datetime(obj, undecoded)
             return None, None
         name = candidates[0]
     coord = obj[name]
     if not _is_datetime(coord.values):
-        raise CoordinateError(
-            f"The time coordinate {name!r} has dtype {coord.dtype}, not datetimes. Decode it "
-            "(xr.decode_cf, or open the file with decode_times=True) or name another one."
-        )
+        raise _not_datetime(obj, name)
     if coord.ndim == 0 or set(coord.dims) <= point_dims:
         return name, None  # one time for all, or one time per observation
     if coord.ndim > 1:
@@ -404,18 +507,60 @@ def latlon(obj: XrObj, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
         lon, lat = np.asarray(lon, np.float64), np.asarray(lat, np.float64)
         name = f"{layout.y} (projected)"
     else:
+        _check_degrees(obj, str(layout.lat), "latitude", "degrees_north")
+        _check_degrees(obj, str(layout.lon), "longitude", "degrees_east")
         lat = _broadcast(obj, str(layout.lat), dims)
         lon = _broadcast(obj, str(layout.lon), dims)
         name = layout.lat
-    finite = np.isfinite(lat)
-    if not finite.all() or np.abs(lat).max(initial=0.0) > 90.0:
-        bad = lat[~finite | (np.abs(np.where(finite, lat, 0.0)) > 90.0)]
+    missing = ~(np.isfinite(lat) & np.isfinite(lon))
+    if missing.any():
+        raise _missing_latlon(obj, layout, int(missing.sum()))
+    if np.abs(lat).max(initial=0.0) > 90.0:
+        bad = lat[np.abs(lat) > 90.0]
         raise CoordinateError(
             f"Latitude {name!r} has {bad.size} value(s) outside [-90, 90] (e.g. {bad[0]!r}). "
             "Check that latitude and longitude are not swapped and that the units are degrees."
         )
     lon = (lon + 180.0) % 360.0 - 180.0
     return lat, lon
+
+
+def _check_degrees(obj: XrObj, name: str, what: str, degrees: str) -> None:
+    """Raise :class:`CoordinateError` when the ``units`` of ``name`` say radians."""
+    units = str(obj[name].attrs.get("units", "")).strip().lower()
+    if units in _RADIAN_UNITS:
+        raise CoordinateError(
+            f"The {what} {name!r} is in radians (units={obj[name].attrs['units']!r}); xnp "
+            f"needs degrees. Convert it: ds = ds.assign_coords({{{name!r}: "
+            f"np.rad2deg(ds[{name!r}]).assign_attrs(units={degrees!r})}})."
+        )
+
+
+def _missing_latlon(obj: XrObj, layout: Layout, count: int) -> CoordinateError:
+    """The error for ``count`` points without a finite latitude/longitude."""
+    if layout.kind == "projected":
+        names = (str(layout.y), str(layout.x))
+        where = f"projected {names[0]!r}/{names[1]!r} missing or outside the projection"
+    else:
+        names = (str(layout.lat), str(layout.lon))
+        where = f"{names[0]!r}/{names[1]!r} NaN or infinite"
+    head = f"{count} point(s) have missing latitude/longitude ({where}). "
+    dims = layout.point_dims
+    if layout.kind == "station" and len(dims) == 1:
+        ok = " & ".join(f"np.isfinite(ds[{n!r}])" for n in names)
+        return CoordinateError(f"{head}Drop them: ds = ds.isel({{{dims[0]!r}: ({ok}).values}}).")
+    fixes = [
+        f"ds = ds.isel({{{str(obj[n].dims[0])!r}: np.isfinite(ds[{n!r}]).values}})"
+        for n in names
+        if obj[n].ndim == 1 and not np.isfinite(np.asarray(obj[n].values, np.float64)).all()
+    ]
+    if fixes:
+        return CoordinateError(f"{head}Drop them: {'; '.join(fixes)}.")
+    example = f"ds = ds.isel({{{dims[0]!r}: slice(i0, i1)}})" if dims else "ds.isel(...)"
+    return CoordinateError(
+        f"{head}Single points of a 2-D grid cannot be dropped: select a part of the grid "
+        f"where they are all finite, e.g. {example}, or give them valid values."
+    )
 
 
 def _km_factor(coord: xr.DataArray) -> float:

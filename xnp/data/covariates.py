@@ -162,7 +162,8 @@ def point_covariates(
                 raise CoordinateError(
                     f"Covariate {name!r} needs a time coordinate, but none was found "
                     f"(coordinates present: {list(map(str, obj.coords))}). "
-                    "Name it with time='...' or drop the covariate."
+                    "Give the data a datetime coordinate named 'time' (or with CF "
+                    "standard_name 'time'), or drop the covariate."
                 )
             fraction = {"hour_of_day": day, "day_of_year": year}.get(name)
             if fraction is None:  # solar_time
@@ -194,8 +195,9 @@ def _elevation(
     if grid is None:
         raise CoordinateError(
             "Covariate 'elevation' was requested but no elevation was found (coordinates "
-            f"present: {list(map(str, obj.coords))}). Name it with elevation='...', or pass "
-            "a DEM DataArray with dem=..."
+            f"present: {list(map(str, obj.coords))}). Add it as a coordinate in metres over the "
+            "spatial dims, e.g. ds = ds.assign_coords(elevation=dem.interp(lat=ds.lat, "
+            "lon=ds.lon)), or give it a CF standard_name 'surface_altitude'."
         )
     return grid[point_index]
 

@@ -267,7 +267,8 @@ def _elevation_field(data: xr.Dataset, layout: Layout, dem: xr.DataArray | None)
     if grid is None:
         raise CoordinateError(
             "Covariate 'elevation' was requested but no elevation was found (coordinates "
-            f"present: {list(map(str, data.coords))}). Name it with elevation='...', or pass "
-            "a DEM DataArray with dem=..."
+            f"present: {list(map(str, data.coords))}). Add it as a coordinate in metres over the "
+            "spatial dims, e.g. ds = ds.assign_coords(elevation=dem.interp(lat=ds.lat, "
+            "lon=ds.lon)), or give it a CF standard_name 'surface_altitude'."
         )
     return xr.DataArray(grid, attrs={"units": "m"})

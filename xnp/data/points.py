@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from xnp.data import _names
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import covariate_channels, point_covariates
 from xnp.data.times import day_and_year_fractions, time_hours
@@ -274,13 +275,31 @@ def _point_dims(
         )
     extra = [d for d in dims if d not in spatial]
     if extra and extra_dims == "raise":
-        raise DimensionError(
-            f"Variable {variables[0]!r} has dimension(s) {extra} besides space "
-            f"{layout.point_dims} and time ({layout.time_dim}). Select one value, e.g. "
-            f"data.isel({extra[0]}=0), or pass extra_dims='flatten' to treat each as "
-            "separate points at the same place and time."
-        )
+        raise DimensionError(_extra_dims_message(data, variables[0], extra, layout))
     return dims
+
+
+def _extra_dims_message(data: xr.Dataset, variable: str, extra: list[str], layout: Layout) -> str:
+    """Why ``extra`` dimensions of ``variable`` are refused, and what to do instead."""
+    time = f"time {layout.time_dim!r}" if layout.time_dim else "no time dimension"
+    text = (
+        f"Variable {variable!r} has dimension(s) {extra} besides space {layout.point_dims} "
+        f"and {time}. "
+    )
+    timeless = [d for d in extra if d.lower() in _names.TIME_NAMES and d not in data.coords]
+    if timeless and layout.time_dim is None:  # a time dimension without a coordinate
+        d = timeless[0]
+        text += (
+            f"If {d!r} is time, give it datetimes: ds = ds.assign_coords({{{d!r}: "
+            f"pd.date_range('2000-01-01', periods=ds.sizes[{d!r}], freq='6h')}}). Otherwise s"
+        )
+    else:
+        text += "S"
+    return text + (
+        f"elect one value, e.g. ds = ds.isel({{{extra[0]!r}: 0}}). (to_points and "
+        "TaskSampler can instead treat each as separate points at the same place and time, "
+        "with extra_dims='flatten'.)"
+    )
 
 
 def predictions_to_xarray(
