@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -8,16 +11,20 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 from strategies import hourly_times, station_dataset
 
-import xnp  # noqa: F401  (registers the accessor)
+import xnp  # also registers the accessor
 from xnp.baselines import Persistence
 from xnp.errors import (
     ConfigError,
     CoordinateError,
     DimensionError,
     EmptyDataError,
+    IncompatibleUnitsError,
     VariableNotFoundError,
+    XnpWarning,
 )
-from xnp.evaluate import METRICS, evaluate, pit, plot_calibration
+from xnp.evaluate import METRICS, UnmatchedPointsWarning, evaluate, pit, plot_calibration
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def gaussian_pred(mean, std, dims=("station",), coords=None, name="t2m"):
@@ -145,18 +152,128 @@ def test_kept_dims_give_per_slice_metrics():
         evaluate(pred, truth, dim="lead_time")
 
 
-def test_alignment_is_an_inner_join_and_inputs_are_untouched():
+def test_unmatched_points_warn_and_inputs_are_untouched():
     coords = {"station": ["a", "b", "c"]}
     pred = gaussian_pred([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], coords=coords)
     truth = truth_of([2.0, 3.0, 9.0], coords={"station": ["b", "c", "d"]})
     before = (pred.copy(deep=True), truth.copy(deep=True))
-    scores = evaluate(pred, truth)
+    with pytest.warns(UnmatchedPointsWarning, match="only 2 of the 3 predicted points"):
+        scores = evaluate(pred, truth)
     assert int(scores.t2m_n) == 2
     assert float(scores.t2m_rmse) == 0.0
     xr.testing.assert_identical(pred, before[0])
     xr.testing.assert_identical(truth, before[1])
-    with pytest.raises(CoordinateError, match="share no 'station'"):
+    with pytest.raises(CoordinateError, match="no 'station' coordinate value"):
         evaluate(pred, truth_of([1.0], coords={"station": ["z"]}))
+    # truth beyond the prediction is simply not needed: no warning
+    wide = truth_of([0.0, 2.0, 3.0, 4.0], coords={"station": ["z", "a", "b", "c"]})
+    assert float(evaluate(pred, wide).t2m_rmse) == 1.0
+
+
+def grid_pair(lat, lon, lat_truth, lon_truth, seed=0):
+    """A Gaussian prediction on (lat, lon) and its exact truth on other coordinates.
+
+    The truth's value at a point is the prediction's mean there, plus 1 where the
+    truth's longitude (wrapped to [-180, 180)) is east of 0°, so that a wrong
+    match shows in the scores.
+    """
+    rng = np.random.default_rng(seed)
+    mean = rng.normal(size=(len(lat), len(lon)))
+    pred = gaussian_pred(mean, np.ones_like(mean), dims=("lat", "lon"),
+                         coords={"lat": lat, "lon": lon})  # fmt: skip
+    values = xr.DataArray(mean, coords={"lat": lat, "lon": lon}, dims=("lat", "lon"))
+    values = values + (values.lon > 0)
+    wrapped = (np.asarray(lon_truth, float) + 180.0) % 360.0 - 180.0
+    truth = values.sel(lat=np.asarray(lat_truth, float), lon=wrapped, method="nearest")
+    truth = truth.assign_coords(lat=lat_truth, lon=lon_truth)
+    return pred, truth.to_dataset(name="t2m").assign_attrs(units="K")
+
+
+def test_float32_and_wrapped_longitudes_match_the_prediction():
+    lat, lon = np.linspace(-60.0, 60.0, 7), np.arange(-180.0, 180.0, 22.5)
+    pred, exact = grid_pair(lat, lon, lat, lon)
+    reference = evaluate(pred, exact)
+    assert int(reference.t2m_n) == 7 * 16
+    # coordinates rounded to float32, as after a netCDF round trip
+    pred32, truth32 = grid_pair(lat, lon, lat.astype(np.float32), lon.astype(np.float32))
+    xr.testing.assert_identical(evaluate(pred32, truth32), reference)
+    # the truth on 0…360 longitudes, sorted
+    lon360 = np.sort(lon % 360.0)
+    pred360, truth360 = grid_pair(lat, lon, lat, lon360)
+    scores = evaluate(pred360, truth360)
+    xr.testing.assert_identical(scores, reference)
+    # ... and the other way round, per longitude (the scores keep the prediction's)
+    per_lon = evaluate(truth360.rename(t2m="t2m_mean").assign(t2m_std=truth360.t2m * 0 + 1),
+                       exact.rename(t2m="t2m"), dim="lat")  # fmt: skip
+    np.testing.assert_array_equal(per_lon.lon.values, lon360)
+    assert per_lon.t2m_n.values.tolist() == [7] * 16
+    # a scalar latitude in float32 selects the truth's float64 latitude
+    row = pred.isel(lat=2).assign_coords(lat=np.float32(lat[2]))
+    one = evaluate(row, exact)
+    assert int(one.t2m_n) == 16
+    assert float(one.t2m_rmse) == float(evaluate(pred.isel(lat=2), exact.isel(lat=2)).t2m_rmse)
+
+
+def test_points_without_truth_warn_and_no_match_raises():
+    lat, lon = np.linspace(-60.0, 60.0, 7), np.arange(-180.0, 180.0, 22.5)
+    pred, truth = grid_pair(lat, lon, lat, lon)
+    with pytest.warns(XnpWarning, match=r"only 42 of the 112 predicted points") as record:
+        scores = evaluate(pred, truth.isel(lat=[0, 1, 2], lon=slice(0, 14)))
+    assert record[0].category is UnmatchedPointsWarning
+    assert "4 of the 7 predicted lat" in str(record[0].message)
+    assert "2 of the 16 predicted lon" in str(record[0].message)
+    assert int(scores.t2m_n) == 42
+    with pytest.warns(UnmatchedPointsWarning, match="only 56 of the 112"):
+        per_lat = pit(pred, truth.isel(lat=slice(0, 4), lon=slice(0, 14)))
+    assert per_lat.t2m_pit.shape == (4, 14)
+    # a shift by half the grid spacing is not a rounding error
+    shifted = truth.assign_coords(lon=truth.lon + 11.25)
+    with pytest.raises(CoordinateError, match=r"no 'lon' coordinate value.*pred: 16 values"):
+        evaluate(pred, shifted)
+    # a shift beyond the tolerance (1e-5° + 1e-6 |x|) is not matched either
+    nudged = truth.assign_coords(lon=truth.lon + np.where(truth.lon == 0.0, 1e-3, 1e-6))
+    with pytest.warns(UnmatchedPointsWarning, match="1 of the 16 predicted lon"):
+        assert int(evaluate(pred, nudged).t2m_n) == 7 * 15
+    with pytest.raises(DimensionError, match="duplicate"):
+        evaluate(pred, truth.isel(lat=[0, 0, 1]))
+
+
+def test_units_must_agree():
+    pred = gaussian_pred([280.0, 281.0], [1.0, 1.0])
+    pred.t2m_mean.attrs["units"] = "K"
+    celsius = truth_of([7.0, 8.0])
+    celsius.t2m.attrs["units"] = "degC"
+    with pytest.raises(IncompatibleUnitsError, match=r"t2m has units 'K' .* but 'degC'"):
+        evaluate(pred, celsius)
+    with pytest.raises(IncompatibleUnitsError, match="degC"):
+        pit(pred, celsius.t2m)
+    kelvin = truth_of([280.0, 281.0])
+    assert float(evaluate(pred, kelvin.t2m.assign_attrs(units=" K ")).t2m_mae) == 0.0
+    assert float(evaluate(pred, kelvin.t2m.assign_attrs(units="kelvin")).t2m_mae) == 0.0
+    # units on one side only are not checked
+    assert int(evaluate(gaussian_pred([7.0], [1.0]), celsius.isel(station=[0])).t2m_n) == 1
+
+
+def test_the_documented_calls_resolve():
+    guide = DOCS / "user-guide" / "evaluation.rst"
+    if not guide.exists():
+        pytest.skip("the docs are not part of this installation")
+    code = "\n".join(
+        block
+        for block in re.findall(
+            r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", guide.read_text()
+        )
+    )
+    for line in code.splitlines():
+        if line.strip().startswith(("import xnp", "from xnp")):
+            exec(line.strip(), {})
+    calls = re.findall(r"\bxnp((?:\.\w+)+)\(", code)
+    assert calls, "the guide calls no xnp function"
+    for call in calls:
+        obj = xnp
+        for attr in call.strip(".").split("."):
+            assert hasattr(obj, attr), f"xnp{call} in {guide.name} does not exist"
+            obj = getattr(obj, attr)
 
 
 def test_a_scalar_time_selects_the_truth_at_that_time():

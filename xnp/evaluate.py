@@ -20,19 +20,35 @@ scores the predictions with
 point (uniform on [0, 1] for calibrated predictions) and :func:`plot_calibration`
 draws its histogram and the reliability curve.
 
+The truth is looked up at the prediction's coordinates: floating-point
+coordinates match within float32 rounding, longitudes also across the 0…360 and
+−180…180 conventions, and other coordinates (station names, times) must be equal.
+Predicted points without a truth are left out with an ``UnmatchedPointsWarning``;
+truth beyond the prediction is ignored.  A prediction whose ``{var}_mean`` has other
+``units`` than the truth's ``{var}`` raises :class:`~xnp.errors.IncompatibleUnitsError`.
+
 Every score is computed point by point with xarray operations, so dask-backed
 inputs give a lazy result.
+
+The function :func:`evaluate` is also ``xnp.evaluate``, so the package attribute
+``xnp.evaluate`` is the function, not this module; import the other names from
+the module, e.g. ``from xnp.evaluate import pit, plot_calibration``.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from scipy import special
 
+from xnp.data import _names
+from xnp.data.normalise import check_same_units
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -40,11 +56,13 @@ from xnp.errors import (
     EmptyDataError,
     MissingDependencyError,
     VariableNotFoundError,
+    XnpWarning,
 )
 
 __all__ = [
     "COVERAGE_LEVELS",
     "METRICS",
+    "UnmatchedPointsWarning",
     "evaluate",
     "pit",
     "plot_calibration",
@@ -57,6 +75,16 @@ COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 METRICS = ("rmse", "mae", "crps", "nll", "coverage_50", "coverage_90", "coverage_95", "n")
 
 _INV_SQRT_PI = 1.0 / np.sqrt(np.pi)
+
+# Floating-point coordinates of prediction and truth match within
+# ``_ATOL + _RTOL * |value|``: far above float32 rounding (6e-8 relative), far below
+# any grid spacing (e.g. 1e-5° is about 1 m).
+_ATOL = 1e-5
+_RTOL = 1e-6
+
+
+class UnmatchedPointsWarning(XnpWarning):
+    """Some predicted points have no truth at their coordinates and are not scored."""
 
 
 # --------------------------------------------------------------------------- pointwise scores
@@ -203,24 +231,87 @@ def _resolve(
 
 
 def _match_scalar_coords(a: xr.DataArray, b: xr.DataArray) -> xr.DataArray:
-    """Select ``b`` at each scalar coordinate of ``a`` that is a dimension of ``b``."""
+    """Select ``b`` at each scalar coordinate of ``a`` that is a dimension of ``b``.
+
+    Floating-point coordinates match within float32 rounding (longitudes modulo
+    360°, see :func:`_positions`); other coordinates must be equal.
+    """
     for name, coord in a.coords.items():
         if coord.ndim != 0 or name not in b.coords:
             continue
+        periodic = _is_longitude(coord) or _is_longitude(b[name])
         if name in b.dims:
-            try:
-                b = b.sel({name: coord.values})
-            except KeyError as err:
+            pos = _positions(np.atleast_1d(coord.values), b[name].values, periodic=periodic)
+            if pos[0] < 0:
                 raise CoordinateError(
                     f"the prediction is for {name}={coord.values} but the truth has no such "
                     f"{name}; its {name} holds {_span(b.coords.to_dataset(), name)}."
-                ) from err
-        elif b[name].ndim == 0 and not np.array_equal(b[name].values, coord.values):
-            raise CoordinateError(
-                f"the prediction and the truth are for different {name}: {coord.values} and "
-                f"{b[name].values}."
-            )
+                )
+            b = b.isel({name: int(pos[0])}).assign_coords({name: coord.variable})
+        elif b[name].ndim == 0:
+            wanted, have = np.atleast_1d(coord.values), np.atleast_1d(b[name].values)
+            if _positions(wanted, have, periodic=periodic)[0] < 0:
+                raise CoordinateError(
+                    f"the prediction and the truth are for different {name}: "
+                    f"{coord.values} and {b[name].values}."
+                )
     return b
+
+
+def _is_longitude(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds longitudes in degrees (by name, standard name or units)."""
+    if str(coord.name).lower() in _names.LON_NAMES:
+        return True
+    if str(coord.attrs.get("standard_name", "")).lower() == "longitude":
+        return True
+    units = str(coord.attrs.get("units", "")).lower().replace("_", " ")
+    return units.startswith("degree") and units.endswith(("east", " e"))
+
+
+def _is_float_pair(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two coordinate arrays are numeric and at least one is floating point."""
+    kinds = {a.dtype.kind, b.dtype.kind}
+    return kinds <= {"i", "u", "f"} and "f" in kinds
+
+
+def _positions(wanted: np.ndarray, have: np.ndarray, *, periodic: bool = False) -> np.ndarray:
+    """Position in ``have`` of each value of ``wanted``; -1 where there is none.
+
+    Floating-point values match the nearest value of ``have`` within
+    ``_ATOL + _RTOL * |value|`` (float32 rounding of degrees, metres or hours is
+    far smaller), capped below half the spacing of ``have`` so that no two values
+    of ``have`` are ever within tolerance of one value.  With ``periodic`` the
+    values are longitudes compared modulo 360°, so 0…360 and −180…180 match.
+    Other values (strings, integers, datetimes) must be equal.
+    """
+    wanted, have = np.asarray(wanted), np.asarray(have)
+    if not _is_float_pair(wanted, have):
+        index = pd.Index(have)
+        first = np.flatnonzero(~index.duplicated())  # the first of repeated values
+        pos = index[first].get_indexer(wanted)
+        return np.where(pos >= 0, first[np.maximum(pos, 0)], -1) if first.size else pos
+    w = wanted.astype(np.float64)
+    tol = _ATOL + _RTOL * np.abs(w)
+    index = np.flatnonzero(np.isfinite(have))
+    values = have[index].astype(np.float64)
+    if periodic:
+        w, values = np.mod(w, 360.0), np.mod(values, 360.0)
+        values = np.concatenate([values - 360.0, values, values + 360.0])
+        index = np.tile(index, 3)
+    if values.size == 0:
+        return np.full(w.shape, -1, dtype=np.intp)
+    order = np.argsort(values, kind="stable")
+    values, index = values[order], index[order]
+    spacing = np.diff(values)
+    spacing = spacing[spacing > 0]
+    if spacing.size:
+        tol = np.minimum(tol, 0.49 * spacing.min())
+    right = np.clip(np.searchsorted(values, w), 0, values.size - 1)
+    left = np.clip(right - 1, 0, values.size - 1)
+    with np.errstate(invalid="ignore"):
+        nearest = np.where(np.abs(values[left] - w) <= np.abs(values[right] - w), left, right)
+        found = np.abs(values[nearest] - w) <= tol
+    return np.where(found, index[nearest], -1)
 
 
 def _time_dim(obj: xr.DataArray) -> Hashable | None:
@@ -256,10 +347,31 @@ def _at_valid_times(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     return out.drop_vars(time)
 
 
+def _check_units(mu: xr.DataArray, y: xr.DataArray, v: str) -> None:
+    """Raise :class:`~xnp.errors.IncompatibleUnitsError` if ``v``'s units differ.
+
+    Only checked when both the prediction's ``{v}_mean`` and the truth's ``{v}``
+    state ``units``; spellings of one unit (``K``, ``kelvin``) are equal, as for
+    the context data of :func:`xnp.predict`.
+    """
+    pred_units, truth_units = mu.attrs.get("units"), y.attrs.get("units")
+    if pred_units is None or truth_units is None:
+        return
+    check_same_units(v, str(pred_units), str(truth_units), (f"prediction ({v}_mean)", "truth"))
+
+
 def _pair(
     pred: xr.Dataset, truth: xr.Dataset, v: str
 ) -> tuple[xr.DataArray, xr.DataArray, xr.DataArray]:
+    """The truth, mean and std of ``v`` on the prediction's matched points.
+
+    The truth is looked up at each dimension coordinate of the prediction (see
+    :func:`_positions`); predicted points without a truth are left out with an
+    ``UnmatchedPointsWarning``, and a :class:`~xnp.errors.CoordinateError` is
+    raised when no point matches.  Truth points beyond the prediction are ignored.
+    """
     mu, sigma, y = pred[f"{v}_mean"], pred[f"{v}_std"], truth[v]
+    _check_units(mu, y, v)
     y = _at_valid_times(mu, y)
     y = _match_scalar_coords(mu, y)
     mu = _match_scalar_coords(y, mu)
@@ -270,22 +382,61 @@ def _pair(
             "match (select the truth at the predicted times, or predict at the truth's "
             "coordinates)."
         )
-    try:
-        mu, sigma, y = xr.align(mu, sigma, y, join="inner")
-    except ValueError as err:
-        raise DimensionError(
-            f"{v!r}: the prediction {dict(mu.sizes)} and the truth {dict(y.sizes)} cannot be "
-            f"aligned ({err}). Give both the same dimension coordinates."
-        ) from err
-    empty = [d for d in mu.dims if mu.sizes[d] == 0]
-    if empty:
-        d = empty[0]
-        raise CoordinateError(
-            f"{v!r}: the prediction and the truth share no {d!r} coordinate value; check "
-            f"that the truth covers the predicted {d} (pred: {_span(pred, d)}, truth: "
-            f"{_span(truth, d)})."
+    pick_pred: dict[Hashable, slice | np.ndarray] = {}
+    pick_truth: dict[Hashable, slice | np.ndarray] = {}
+    missing: list[str] = []
+    scored = dict(mu.sizes)
+    for d in mu.dims:
+        if d not in mu.indexes or d not in y.indexes:
+            if mu.sizes[d] != y.sizes[d]:
+                raise DimensionError(
+                    f"{v!r}: the prediction {dict(mu.sizes)} and the truth {dict(y.sizes)} "
+                    f"cannot be aligned: {d!r} has different sizes and no coordinate on one "
+                    "side. Give both the same dimension coordinates."
+                )
+            continue
+        if not y.indexes[d].is_unique:
+            raise DimensionError(
+                f"{v!r}: the truth's {d!r} coordinate has duplicate values; make it unique "
+                "(e.g. truth.drop_duplicates(...)) before evaluating."
+            )
+        periodic = _is_longitude(mu[d]) or _is_longitude(y[d])
+        pos = _positions(mu[d].values, y[d].values, periodic=periodic)
+        matched = np.flatnonzero(pos >= 0)
+        if matched.size == 0:
+            raise CoordinateError(
+                f"{v!r}: no {d!r} coordinate value of the prediction is in the truth "
+                f"(pred: {_span(pred, d)}, truth: {_span(truth, d)}); check that the truth "
+                f"covers the predicted {d}."
+            )
+        if matched.size < pos.size:
+            missing.append(
+                f"{pos.size - matched.size} of the {pos.size} predicted {d} values have no "
+                f"match in the truth (pred: {_span(pred, d)}, truth: {_span(truth, d)})"
+            )
+        pick_pred[d], pick_truth[d] = _indexer(matched), _indexer(pos[matched])
+        scored[d] = matched.size
+    if missing:
+        warnings.warn(
+            f"{v!r}: only {math.prod(scored.values())} of the {mu.size} predicted points have "
+            f"a truth at their coordinates and are scored; {'; '.join(missing)}. "
+            "Floating-point coordinates match within float32 rounding and longitudes modulo "
+            "360°; select the prediction where the truth is known to score every point.",
+            UnmatchedPointsWarning,
+            stacklevel=3,
         )
+    mu, sigma, y = mu.isel(pick_pred), sigma.isel(pick_pred), y.isel(pick_truth)
+    # the prediction's coordinates win: the truth's may differ by rounding or convention
+    shared = [c for c in y.coords if c in mu.coords and c not in y.dims]
+    y = y.drop_vars(shared).assign_coords({d: mu[d].variable for d in pick_truth})
     return y, mu, sigma.transpose(*mu.dims)
+
+
+def _indexer(positions: np.ndarray) -> slice | np.ndarray:
+    """``positions`` as a slice when they are consecutive (no copy of the data)."""
+    if positions.size and np.array_equal(positions, np.arange(positions[0], positions[-1] + 1)):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
 
 
 def _span(obj: xr.Dataset, d: Hashable) -> str:
@@ -351,9 +502,15 @@ def evaluate(
 
     Notes
     -----
-    Prediction and truth are aligned with ``xr.align(join="inner")`` on their
-    dimension coordinates; a scalar coordinate of one (e.g. the ``time`` of a
-    prediction made at one time) selects the other along that dimension.  A
+    The truth is looked up at each dimension coordinate of the prediction:
+    floating-point coordinates (latitude, longitude, ...) match within float32
+    rounding (``1e-5 + 1e-6 |x|``), longitudes modulo 360° (a truth on 0…360
+    matches a prediction on −180…180), and other coordinates (station names,
+    times) must be equal.  Predicted points without a truth are not scored and an
+    ``UnmatchedPointsWarning`` says how many; truth points beyond the
+    prediction are ignored.  The scores carry the prediction's coordinates.  A
+    scalar coordinate of one (e.g. the ``time`` of a prediction made at one time)
+    selects the other along that dimension.  A
     forecast (``init_time``, ``lead_time`` and a ``valid_time`` coordinate) is
     compared with the truth at its valid times; keep ``lead_time`` (e.g.
     ``dim=["init_time", "lat", "lon"]``) for scores per lead time.  A point
@@ -367,8 +524,17 @@ def evaluate(
         A variable is missing from ``pred`` or ``truth``.
     DimensionError, CoordinateError
         Prediction and truth have different dimensions or share no coordinates.
+    IncompatibleUnitsError
+        ``{var}_mean`` and the truth's ``{var}`` both have a ``units`` attribute and
+        they differ (as strings, after whitespace and the common spellings of one
+        unit, such as ``K`` and ``kelvin``, are normalised).
     EmptyDataError
         No point has a finite truth (and prediction).
+
+    Warns
+    -----
+    UnmatchedPointsWarning
+        Some predicted points have no truth at their coordinates and are not scored.
 
     Examples
     --------
@@ -451,8 +617,9 @@ def pit(
     Returns
     -------
     Dataset
-        ``{var}_pit`` on the aligned coordinates of prediction and truth; NaN where
-        the truth or prediction is missing.  Lazy for dask-backed inputs.
+        ``{var}_pit`` at the predicted points that have a truth (see
+        :func:`evaluate`); NaN where the truth or prediction is missing.  Lazy for
+        dask-backed inputs.
 
     Examples
     --------
