@@ -1,3 +1,5 @@
+import warnings
+
 import dask
 import numpy as np
 import pytest
@@ -355,3 +357,17 @@ def test_numpy_timedelta_lead_times(forecaster):
     xr.testing.assert_identical(again, by_hours)
     one = predict(forecaster, data, grid(5, 6), time=t0, lead_time=np.timedelta64(6, "h"))
     assert one.lead_time.values == np.timedelta64(6, "h")
+
+
+def test_targets_beyond_the_trained_distance_warn(model, data):
+    zero_shot = NeuralProcess.init(
+        model.config, model.normaliser, ["value"], normalise="context",
+        training={"max_distance_km": 500.0},
+    )  # fmt: skip
+    frame = data["t2m"].isel(time=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict(zero_shot, frame, grid(4, 5))  # inside the observed region: silent
+    far = xr.Dataset(coords={"lat": [51.0, -30.0], "lon": [0.0, 140.0]})
+    with pytest.warns(XnpWarning, match=r"3 of 4 target points lie more than 500 km"):
+        predict(zero_shot, frame, far)

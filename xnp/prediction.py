@@ -42,6 +42,7 @@ import dask.array as da
 import jax
 import numpy as np
 import pandas as pd
+import scipy.spatial
 import xarray as xr
 
 from xnp.data.batch import source_channels
@@ -51,7 +52,8 @@ from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, t
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
-from xnp.infer import Predictor, parse_distance_km
+from xnp.geo.distance import EARTH_RADIUS_KM
+from xnp.infer import Predictor, _xyz, parse_distance_km
 from xnp.points import Points
 
 __all__ = ["predict"]
@@ -358,6 +360,7 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
     model = ctx.model
     tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model, template))
+    _warn_far_targets(model, ctx.points, tgt_ps)
     if opts.chunks:
         state = None if opts.radius_km is not None else ctx.state()
         payload = _Payload(ctx.predictor, state, tgt_ps, ctx.points, opts.radius_km, model,
@@ -371,6 +374,33 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
     return predictions_to_xarray(tgt_ps, mean[0].astype(np.float32), std[0].astype(np.float32),
                                  list(model.variables), attrs=ctx.attrs)  # fmt: skip
+
+
+def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
+    """Warn when targets lie farther from the context than the model was trained for.
+
+    A model may record ``training["max_distance_km"]``: the largest distance from a
+    target to the context points in its training tasks (the pretrained zero-shot
+    models do).  Beyond it the model extrapolates, and its uncertainty is not to
+    be trusted (it does not grow to the field's variance as a GP's would).
+    """
+    limit = (getattr(model, "training", None) or {}).get("max_distance_km")
+    if not limit or not len(targets):
+        return
+    mask = np.asarray(context.mask[0], bool)
+    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
+    chord, _ = tree.query(_xyz(targets.s), k=1)
+    km = 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(chord / 2.0, 1.0))
+    far = int(np.sum(km > limit))
+    if far:
+        warnings.warn(
+            f"{far} of {len(targets)} target points lie more than {limit:,.0f} km from every "
+            f"context point (farthest {km.max():,.0f} km), farther than this model was "
+            "trained to predict: there it extrapolates and its standard deviation is too "
+            "small. Restrict the targets to the observed region or fit a model.",
+            XnpWarning,
+            stacklevel=4,
+        )
 
 
 def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import scipy.spatial
 from flax import nnx
 from tqdm import tqdm
 
@@ -43,7 +44,7 @@ from xnp.data.batch import Batch
 from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
 from xnp.estimator import NeuralProcess
-from xnp.geo.distance import latlon_to_xyz
+from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig, fit_step
 
@@ -100,6 +101,28 @@ def oracle_nll(batch: Batch, p: dict) -> np.ndarray:
         z = np.asarray(batch.y[b, :, 0])
         out.append(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (z - mean) ** 2 / var))
     return np.asarray(out)
+
+
+def max_target_distance_km(sample, batches: int = 128) -> float:
+    """Largest distance from a training target to its nearest context point (km).
+
+    Recorded with the model (``training["max_distance_km"]``): :func:`xnp.predict`
+    warns about targets farther than that from every observation, where the model
+    extrapolates.  Rounded up to 100 km.
+    """
+    worst = 0.0
+    for i in range(batches):
+        b = sample(jax.random.key(1_000_000 + i))
+        for j in range(BATCH):
+            m = np.asarray(b.context.mask[j])
+            tree = scipy.spatial.cKDTree(xyz_np(np.asarray(b.context.s[j])[m]))
+            chord, _ = tree.query(xyz_np(np.asarray(b.target.s[j])))
+            worst = max(worst, float((2 * EARTH_RADIUS_KM * np.arcsin(chord / 2)).max()))
+    return math.ceil(worst / 100.0) * 100.0
+
+
+def xyz_np(s: np.ndarray) -> np.ndarray:
+    return np.asarray(latlon_to_xyz(s[:, 0], s[:, 1]), np.float64)
 
 
 def main() -> None:
@@ -187,7 +210,8 @@ def main() -> None:
     final = NeuralProcess(
         cfg, best[1], normaliser=norm, variables=["value"], normalise="context",
         training={"steps": args.steps, "batch_size": BATCH, "learning_rate": args.learning_rate,
-                  "seed": 0, "tasks": repr(TASKS), "recipe": "recipes/pretrain"},
+                  "seed": 0, "tasks": repr(TASKS), "recipe": "recipes/pretrain",
+                  "max_distance_km": max_target_distance_km(sample)},
     )  # fmt: skip
     path = final.save(args.out)
     model_nll = validate(best[1])
