@@ -174,6 +174,59 @@ def test_save_refuses_to_replace_a_foreign_directory(model, tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "precious"
 
 
+@pytest.fixture
+def umask_027():
+    """Run a test under umask 027 (group may read, others nothing), then restore it."""
+    previous = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.usefixtures("umask_027")
+def test_saved_directories_get_the_permissions_of_the_umask(tmp_path):
+    # a temporary directory would be 0700 whatever the umask: colleagues could not read
+    with ckpt.atomic_directory(tmp_path / "dir") as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert mode(tmp_path / "dir") == 0o750
+    with ckpt.atomic_directory(tmp_path / "dir") as tmp:  # replacing an existing one too
+        (tmp / "config.json").write_text("{}")
+    assert mode(tmp_path / "dir") == 0o750
+    path = xnp.pretrained("gp-sphere").save(tmp_path / "model")
+    assert mode(path) == 0o750
+    assert {mode(p) for p in path.iterdir()} == {0o640}
+    checkpoints = ckpt.CheckpointDir(tmp_path / "run")
+    with checkpoints.write(5) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert mode(tmp_path / "run" / "step-00000005") == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "model", "run"]
+
+
+def test_a_leading_tilde_means_the_home_directory(tmp_path, monkeypatch):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    with ckpt.atomic_directory("~/models/a") as tmp:
+        ckpt.write_json(tmp / "config.json", {"a": 1})
+    assert ckpt.read_json("~/models/a/config.json") == {"a": 1}
+    saved = xnp.pretrained("gp-sphere").save("~/models/zero-shot")
+    assert saved == home / "models" / "zero-shot"
+    assert xnp.load("~/models/zero-shot").normalise == "context"
+    checkpoints = ckpt.CheckpointDir("~/run")
+    with checkpoints.write(1) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert checkpoints.latest() == home / "run" / "step-00000001"
+    assert sorted(p.name for p in home.iterdir()) == ["models", "run"]
+    assert list(cwd.iterdir()) == []  # no literal "~" folder
+
+
 def test_arrays_round_trip_and_mismatch_errors():
     tree = {"a": np.arange(3.0, dtype=np.float32), "b": (np.zeros((2, 0)), np.int32(4))}
     arrays = ckpt.tree_to_arrays(tree)

@@ -6,7 +6,9 @@ import pytest
 import xarray as xr
 
 import xnp
+import xnp.prediction
 from xnp.cli import format_table, main, parse_chunks, write_dataset
+from xnp.errors import XnpError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 COMMANDS = ("demo", "fit", "predict", "evaluate")
@@ -62,6 +64,7 @@ def test_help_of_every_command(capsys, command):
         for option in ("--time", "--context-radius", "--chunks", "--memory-budget", "--format"):
             assert option in out
         assert "(default: 1GiB)" in out
+        assert "name of a pretrained model" in out
     if command == "fit":
         assert "(default: 2000)" in out
         assert "bsa-tnp-tiny" in out
@@ -111,6 +114,12 @@ def test_demo_with_the_pretrained_model_fits_nothing(capsys, tmp_path):
     assert xnp.load(paths["model"]).normalise == "context"
     with xr.open_dataset(paths["prediction"]) as pred:
         assert np.isfinite(pred["field_mean"].values).all()
+    # --model takes that saved zero-shot model (it predicts "field" though saved as "value")
+    status, out, err = run(capsys, "demo", "--out", tmp_path / "again", "--model",
+                           paths["model"], "--resolution", "30", "--context-points", "40",
+                           "--no-progress", "--format", "netcdf", "--quiet")  # fmt: skip
+    assert status == 0, err
+    assert printed_paths(out)["model"].strip() == paths["model"]
     status, _, err = run(capsys, "demo", "--out", tmp_path / "x", "--pretrained", "gp-sphere",
                          "--model", str(tmp_path))  # fmt: skip
     assert status != 0
@@ -265,3 +274,77 @@ def test_fit_and_predict_with_a_context_source(capsys, files, tmp_path):
                          tmp_path / "q.nc", "--context-source", buoys)  # fmt: skip
     assert status != 0
     assert "unknown context source 'buoys'" in err
+
+
+def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monkeypatch):
+    # saved (as `xnp demo --pretrained` does): the zero-shot model predicts the context's
+    # one variable ("field"), whatever the name of the variable it was saved with ("value")
+    xnp.pretrained("gp-sphere").save(tmp_path / "zero-shot")
+    status, out, err = run(capsys, "predict", tmp_path / "zero-shot", files / "data.nc",
+                           "--time", "2000-01-01T06", "--out", tmp_path / "q.nc",
+                           "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "q.nc") as pred:
+        assert pred["field_std"].sizes == {"lat": 6, "lon": 12}
+    # by name
+    status, out, err = run(capsys, "predict", "gp-sphere", files / "data.nc", files / "grid.nc",
+                           "--time", "2000-01-01T06", "--out", tmp_path / "p.nc",
+                           "--no-progress")  # fmt: skip
+    assert status == 0, err
+    assert "pretrained 'gp-sphere'" in err
+    with xr.open_dataset(printed_paths(out)["prediction"].strip()) as pred:
+        assert pred["field_mean"].dims == ("lat", "lon")
+        assert np.isfinite(pred["field_mean"].values).all()
+    # a path that exists wins over a pretrained model of the same name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gp-sphere").mkdir()
+    status, _, err = run(capsys, "predict", "gp-sphere", files / "data.nc", "--out", "r.nc")
+    assert status == 1
+    assert "not an xnp model directory" in err
+    status, _, err = run(capsys, "predict", "gp-spere", files / "data.nc", "--out", "r.nc")
+    assert status == 1
+    assert "neither a saved model directory nor a pretrained model" in err
+    assert "gp-sphere" in err
+
+
+@pytest.mark.parametrize(
+    ("when", "match"),
+    [
+        ("2010-01-01", "--time 2010-01-01 is not a time of the context (6 times, "
+                       "2000-01-01T00:00:00 .. 2000-01-02T06:00:00)"),
+        ("2010-01-01..2010-02-01", "--time 2010-01-01..2010-02-01 selects no time"),
+        ("noon..2000-01-02", "cannot select --time noon..2000-01-02 from the context"),
+    ],
+)  # fmt: skip
+def test_a_time_not_in_the_context_is_a_clear_error(capsys, files, fitted, tmp_path, when,
+                                                     match):  # fmt: skip
+    status, _, err = run(capsys, "predict", fitted, files / "data.nc", "--out",
+                         tmp_path / "p.nc", "--time", when)  # fmt: skip
+    assert status == 1, err
+    assert err.startswith("xnp: error: ")
+    assert match in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.nc").exists()
+
+
+def test_any_xnp_error_is_one_line_but_bugs_keep_their_traceback(capsys, files, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    class TimeNotFound(XnpError, KeyError):
+        """A KeyError-derived xnp error, which str() would quote."""
+
+    def raise_(error):
+        def predict(*args, **kwargs):
+            raise error
+
+        return predict
+
+    argv = ("predict", "gp-sphere", files / "data.nc", "--out", tmp_path / "p.nc")
+    monkeypatch.setattr(xnp.prediction, "predict", raise_(TimeNotFound("no time\n'2010'")))
+    status, _, err = run(capsys, *argv)
+    assert status == 1
+    assert err.splitlines()[-1] == "xnp: error: no time '2010'"
+    for bug in (KeyError("time"), ValueError("oops"), RuntimeError("bug")):
+        monkeypatch.setattr(xnp.prediction, "predict", raise_(bug))
+        with pytest.raises(type(bug)):
+            main([str(a) for a in argv])

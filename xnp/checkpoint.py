@@ -21,8 +21,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,11 @@ def tree_to_arrays_names(tree: Any, *, by_path: bool = True) -> list[str]:
     return [".".join(n for n in map(_key_name, p) if n is not None) for p, _ in leaves]
 
 
+def _expand(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, with a leading ``~`` or ``~user`` expanded."""
+    return Path(path).expanduser()
+
+
 def _write_file(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -155,6 +160,7 @@ def write_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
 
 def read_arrays(path: Path, sha256: str | None = None) -> dict[str, np.ndarray]:
     """Read a safetensors file, checking its SHA-256 when given."""
+    path = _expand(path)
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -176,6 +182,7 @@ def write_json(path: Path, blob: Mapping[str, Any]) -> None:
 
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object, raising :class:`~xnp.errors.CheckpointError` on any problem."""
+    path = _expand(path)
     try:
         blob = json.loads(path.read_text())
     except FileNotFoundError as err:
@@ -185,6 +192,25 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(blob, dict):
         raise CheckpointError(f"{path} does not hold a JSON object.")
     return blob
+
+
+def _make_temp_dir(parent: Path, prefix: str) -> Path:
+    """Create a new, uniquely named directory in ``parent`` and return its path.
+
+    Unlike :func:`tempfile.mkdtemp`, which always creates mode ``0o700``, the
+    directory is made with ``mkdir(path, 0o777)``, so it gets the permissions (and
+    default ACLs) any directory created under the current umask gets: a model
+    saved by one user stays readable to the colleagues the umask lets in.  Reading
+    the umask is not needed (changing it to read it would race with other threads).
+    """
+    for _ in range(100):
+        candidate = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            os.mkdir(candidate, 0o777)
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"No free temporary directory name {prefix}XXXXXXXX in {parent}.")
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -209,6 +235,10 @@ def atomic_directory(path: str | os.PathLike, *, marker: str = "config.json") ->
     xnp one is never deleted).  On error the temporary directory is removed and
     ``path`` is untouched.
 
+    A leading ``~`` in ``path`` is expanded to the home directory.  The directory
+    gets the permissions of a plain ``mkdir`` under the current umask (e.g. ``0o755``
+    under the usual umask ``022``), not the private ``0o700`` of a temporary one.
+
     Examples
     --------
     >>> import tempfile, pathlib
@@ -218,7 +248,7 @@ def atomic_directory(path: str | os.PathLike, *, marker: str = "config.json") ->
     >>> sorted(p.name for p in (root / "model").iterdir())
     ['config.json']
     """
-    target = Path(path)
+    target = _expand(path)
     foreign = target.exists() and not (target / marker).is_file()
     if foreign and (not target.is_dir() or any(target.iterdir())):
         raise CheckpointError(
@@ -226,7 +256,7 @@ def atomic_directory(path: str | os.PathLike, *, marker: str = "config.json") ->
             "replace it. Choose another path or remove it."
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
     try:
         yield tmp
         _fsync_dir(tmp)
@@ -250,7 +280,7 @@ class CheckpointDir:
     Parameters
     ----------
     path : path-like
-        The folder (created on first write).
+        The folder (created on first write; a leading ``~`` is expanded).
     keep : int
         How many of the most recent checkpoints to keep.
 
@@ -266,7 +296,7 @@ class CheckpointDir:
     """
 
     def __init__(self, path: str | os.PathLike, keep: int = 2):
-        self.path = Path(path)
+        self.path = _expand(path)
         self.keep = keep
         self._written: list[str] = []
 

@@ -2,7 +2,7 @@
 
 ::
 
-    xnp demo [--out DIR] [--steps N] [--data FILE --variable NAME] [--model PATH]
+    xnp demo [--out DIR] [--steps N] [--data FILE --variable NAME] [--model MODEL]
     xnp fit DATA VARIABLE --out MODEL_DIR [--model NAME] [--steps N] ...
     xnp predict MODEL CONTEXT [TARGETS] --out FILE [--time T] [--chunks lat=64,lon=64] ...
     xnp evaluate PRED TRUTH [--dim DIMS] [--out FILE]
@@ -48,9 +48,16 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from xnp.errors import ConfigError, DimensionError, VariableNotFoundError, XnpError
+from xnp.errors import (
+    CheckpointError,
+    ConfigError,
+    CoordinateError,
+    DimensionError,
+    VariableNotFoundError,
+    XnpError,
+)
 
-__all__ = ["build_parser", "format_table", "main", "open_data", "write_dataset"]
+__all__ = ["build_parser", "format_table", "load_model", "main", "open_data", "write_dataset"]
 
 log = logging.getLogger("xnp.cli")
 
@@ -207,7 +214,7 @@ def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
     ----------
     path : path
         A ``.zarr`` path or any directory: zarr; anything else: netCDF (or another
-        format one of xarray's backends recognises).
+        format one of xarray's backends recognises).  A leading ``~`` is expanded.
     what : str
         What the file is, for error messages ("context", "truth", ...).
 
@@ -222,7 +229,7 @@ def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
     OSError
         If it cannot be read as a dataset.
     """
-    p = Path(path)
+    p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(errno.ENOENT, f"{what} file not found", str(p))
     try:
@@ -284,7 +291,8 @@ def write_dataset(
     ds : Dataset
         What to write.
     path : path
-        Destination (``.zarr`` or ``.nc``, or any name with ``fmt``).
+        Destination (``.zarr`` or ``.nc``, or any name with ``fmt``; a leading ``~``
+        is expanded).
     fmt : {"zarr", "netcdf"}, optional
         Format (default: from the extension).
     overwrite : bool
@@ -295,7 +303,7 @@ def write_dataset(
     Returns
     -------
     Path
-        ``path``.
+        ``path`` (with ``~`` expanded).
 
     Examples
     --------
@@ -306,7 +314,7 @@ def write_dataset(
     """
     from xnp.checkpoint import atomic_directory
 
-    target = Path(path)
+    target = Path(path).expanduser()
     fmt = output_format(target, fmt)
     if target.exists() and not overwrite:
         raise FileExistsError(
@@ -366,6 +374,118 @@ def format_table(result: xr.Dataset, *, precision: int = 4) -> str:
     return "\n".join(lines)
 
 
+# -- models -------------------------------------------------------------------------------
+def load_model(spec: str | os.PathLike) -> Any:
+    """The model a MODEL argument names: a saved model directory or a pretrained model.
+
+    Parameters
+    ----------
+    spec : path or str
+        A directory written by ``xnp fit`` / :meth:`~xnp.NeuralProcess.save` (or a
+        checkpoint folder), or the name of a pretrained model shipped with xnp
+        (:func:`xnp.available_pretrained`, e.g. ``gp-sphere``).  A path that exists
+        wins over a pretrained model of the same name; a leading ``~`` is expanded.
+
+    Returns
+    -------
+    NeuralProcess
+
+    Raises
+    ------
+    CheckpointError
+        If ``spec`` is neither an existing path nor a pretrained model's name, or the
+        directory cannot be loaded.
+
+    Examples
+    --------
+    >>> load_model("gp-sphere").normalise
+    'context'
+    """
+    from xnp.estimator import load
+    from xnp.pretrained import available_pretrained, pretrained
+
+    path = Path(spec).expanduser()
+    if path.exists():
+        return load(path)
+    names = available_pretrained()
+    if str(spec) in names:
+        log.info("using the pretrained %r model", str(spec))
+        return pretrained(str(spec))
+    raise CheckpointError(
+        f"{spec} is neither a saved model directory nor a pretrained model "
+        f"(this installation ships {', '.join(names) or 'none'})."
+    )
+
+
+def _zero_shot(model: Any) -> bool:
+    """Whether ``model`` standardises each context by its own statistics (pretrained)."""
+    return getattr(model, "normalise", "fitted") == "context"
+
+
+def _context_variables(model: Any, context: xr.Dataset) -> list[str]:
+    """The variables ``model`` will predict from ``context``; an error if it lacks them.
+
+    A fitted model predicts its own variables, which the context must hold.  A
+    zero-shot (pretrained) model predicts whichever single variable the context
+    holds, whatever its name.
+    """
+    names = [str(v) for v in context.data_vars]
+    if _zero_shot(model):
+        if len(model.variables) == 1 and len(names) == 1:
+            return names
+        if all(v in names for v in model.variables):
+            return list(model.variables)
+        raise VariableNotFoundError(
+            f"a zero-shot model predicts the one variable its context holds, and the context "
+            f"holds {len(names)} ({', '.join(map(repr, names)) or 'none'}); keep only the "
+            "variable to predict in the file."
+        )
+    _check_variables(context, model.variables, "context")
+    return list(model.variables)
+
+
+def _check_time(model: Any, context: xr.Dataset, variable: str, text: str, when: Any) -> None:
+    """Raise a clear error when the ``--time`` value ``when`` selects no time of ``context``.
+
+    The selection is only checked here (the prediction selects again): a label that
+    is not in the context, an unreadable label or an empty range would otherwise
+    surface as a bare ``KeyError`` or ``ValueError`` from xarray.
+    """
+    from xnp.data.coords import find_coords
+
+    coords = getattr(model, "coords", None) or {}
+    names = {k: coords[k] for k in ("lat", "lon")
+             if isinstance(coords.get(k), str) and coords[k] in context.variables}  # fmt: skip
+    try:
+        layout = find_coords(context, variable, **names)
+    except XnpError:
+        return  # the prediction reports what is wrong with the coordinates
+    name = layout.time
+    if name is None or layout.time_dim is None or name not in context.indexes:
+        return  # no time axis to select from: the prediction decides what --time means
+    times = context[name]
+    span = f"{times.size} times, {_label(times.min())} .. {_label(times.max())}"
+    try:
+        selected = times.sel({name: when})
+    except KeyError as err:
+        raise CoordinateError(
+            f"--time {text} is not a time of the context ({span}); give one of its times "
+            "or an inclusive range START..END."
+        ) from err
+    except (ValueError, TypeError) as err:  # e.g. a label that is no date
+        raise CoordinateError(
+            f"cannot select --time {text} from the context ({span}): {_message(err)}"
+        ) from err
+    if selected.size == 0:
+        raise CoordinateError(f"--time {text} selects no time of the context ({span}).")
+
+
+def _label(value: xr.DataArray) -> str:
+    """A time (or other coordinate value) for messages, datetimes to the second."""
+    v = value.values
+    return str(v.astype("datetime64[s]")) if np.issubdtype(v.dtype, np.datetime64) else str(v)
+
+
 # -- commands -----------------------------------------------------------------------------
 def _check_variables(data: xr.Dataset, variables: Sequence[str], what: str) -> None:
     missing = [v for v in variables if v not in data.data_vars]
@@ -414,7 +534,7 @@ def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         resume=args.resume, progress=args.progress, config=_train_config(args.steps),
         context_sources=_open_sources(args, files),
     )  # fmt: skip
-    path = model.save(args.out)
+    path = model.save(Path(args.out).expanduser())
     for line in repr(model).splitlines():
         log.info("%s", line)
     print(f"model: {path}")
@@ -432,17 +552,19 @@ def _default_chunks(model: Any, template: xr.Dataset) -> dict[str, int]:
 
 
 def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
-    from xnp.estimator import load
     from xnp.prediction import predict
 
-    model = load(args.model)
+    model = load_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
-    _check_variables(context, model.variables, "context")
+    variables = _context_variables(model, context)
+    when = parse_time(args.time)
+    if when is not None:
+        _check_time(model, context, variables[0], args.time, when)
     targets = None
     if args.targets:
         targets = files.enter_context(open_data(args.targets, what="targets"))
     fmt = output_format(args.out, args.format)
-    if Path(args.out).exists() and not args.overwrite:
+    if Path(args.out).expanduser().exists() and not args.overwrite:
         raise FileExistsError(
             errno.EEXIST, "the output exists (pass --overwrite to replace it)", args.out
         )
@@ -459,12 +581,12 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         kwargs["lead_time"] = args.lead_time
     start = time.perf_counter()
     pred = predict(
-        model, context, targets, time=parse_time(args.time), context_radius=args.context_radius,
+        model, context, targets, time=when, context_radius=args.context_radius,
         chunks=chunks, memory_budget=args.memory_budget,
         context_sources=_open_sources(args, files), **kwargs,
     )  # fmt: skip
-    first = pred[f"{model.variables[0]}_mean"]
-    log.info("predicting %s at %s points in %d dask blocks", ", ".join(model.variables),
+    first = pred[f"{variables[0]}_mean"]
+    log.info("predicting %s at %s points in %d dask blocks", ", ".join(variables),
              f"{first.size:,}", getattr(first.data, "npartitions", 1))  # fmt: skip
     path = write_dataset(pred, args.out, fmt=fmt, overwrite=args.overwrite,
                          progress=args.progress)  # fmt: skip
@@ -551,11 +673,10 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     from xnp.api import fit
     from xnp.data.tasks import SpatialTasks
     from xnp.datasets import gp_sphere
-    from xnp.estimator import load
     from xnp.prediction import predict
 
     start = time.perf_counter()
-    out = Path(args.out)
+    out = Path(args.out).expanduser()
     if args.data is not None:
         if args.variable is None:
             raise UsageError("--data needs --variable, the name of the variable to learn.")
@@ -581,12 +702,14 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         log.info("using the pretrained %r model zero-shot (no fitting)", args.pretrained)
         model_path = model.save(out / "model")
     elif args.model is not None:
-        model = load(args.model)
-        if variable not in model.variables:
+        model = load_model(args.model)
+        if not _zero_shot(model) and variable not in model.variables:
             raise VariableNotFoundError(
                 f"the model {args.model} predicts {list(model.variables)}, not {variable!r}."
             )
-        model_path = Path(args.model)
+        model_path = Path(args.model).expanduser()
+        if not model_path.exists():  # a pretrained model's name: save it, as --pretrained does
+            model_path = model.save(out / "model")
     else:
         log.info("fitting %s for %d steps", DEMO_MODEL, args.steps)
         tasks = SpatialTasks(max_context=DEMO_MAX_POINTS, max_targets=DEMO_MAX_POINTS)
@@ -692,7 +815,11 @@ def _add_demo(subs: Any) -> None:
         help="netCDF file or zarr store to use instead of the synthetic data (needs --variable)",
     )
     p.add_argument("--variable", metavar="NAME", help="variable of --data to learn")
-    p.add_argument("--model", metavar="PATH", help="use this saved model instead of fitting one")
+    p.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="use this saved model directory (or pretrained model name) instead of fitting one",
+    )
     p.add_argument(
         "--pretrained",
         metavar="NAME",
@@ -865,15 +992,22 @@ def _add_fit(subs: Any) -> None:
 
 def _add_predict(subs: Any) -> None:
     p = subs.add_parser(
-        "predict", help="predict with a saved model and write zarr or netCDF",
-        description="Condition the saved MODEL on the observations in CONTEXT and predict the "
-        "mean and standard deviation of its variables at the points of TARGETS (any netCDF "
-        "or zarr whose coordinates give the places: a grid, stations, ...), or at every "
-        "point of CONTEXT when TARGETS is left out (gap filling).  The prediction is "
+        "predict", help="predict with a saved or pretrained model and write zarr or netCDF",
+        description="Condition MODEL (a saved model directory, or the name of a pretrained "
+        "model shipped with xnp) on the observations in CONTEXT and predict the mean and "
+        "standard deviation of its variables at the points of TARGETS (any netCDF or zarr "
+        "whose coordinates give the places: a grid, stations, ...), or at every point of "
+        "CONTEXT when TARGETS is left out (gap filling).  A pretrained (zero-shot) model "
+        "predicts the one variable CONTEXT holds, whatever its name.  The prediction is "
         "computed lazily, one dask block at a time, while it is written.",
         epilog=EPILOG, formatter_class=_Formatter,
     )  # fmt: skip
-    p.add_argument("model", metavar="MODEL", help="saved model directory (xnp fit --out)")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="saved model directory (xnp fit --out) or the name of a pretrained model, "
+        "e.g. gp-sphere (an existing path wins over a name)",
+    )
     p.add_argument("context", metavar="CONTEXT", help="observations: netCDF file or zarr store")
     p.add_argument(
         "targets",
@@ -1020,10 +1154,18 @@ def _logging(quiet: bool, verbose: bool) -> Iterator[None]:
 
 
 def _message(err: BaseException) -> str:
-    """One line describing ``err`` (OSError without the ``[Errno N]`` prefix)."""
+    """One line describing ``err``.
+
+    OSErrors lose their ``[Errno N]`` prefix, KeyErrors the quotes ``str`` puts
+    around their message, and line breaks become spaces.
+    """
     if isinstance(err, OSError) and err.strerror and err.filename:
         return f"{err.strerror}: {err.filename}"
-    text = str(err).strip()
+    if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
+        text = err.args[0]
+    else:
+        text = str(err)
+    text = " ".join(text.split())
     return text or type(err).__name__
 
 

@@ -361,7 +361,7 @@ class NeuralProcess:
         """
         with ckpt.atomic_directory(path) as tmp:
             self.write_files(tmp)
-        return Path(path)
+        return Path(path).expanduser()
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NeuralProcess:
@@ -494,7 +494,7 @@ def load(path: str | os.PathLike) -> NeuralProcess:
     >>> load(path).num_params == model.num_params
     True
     """
-    directory = Path(path)
+    directory = Path(path).expanduser()
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory: nothing to load.")
     if not (directory / "config.json").exists():
