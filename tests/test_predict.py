@@ -311,6 +311,8 @@ def test_scalar_targets_chunks_and_dtypes(model, data):
     frame = data.isel(time=0)
     one = predict(model, frame, {"lat": 51.0, "lon": 0.5})
     assert one["t2m_mean"].shape == (1, 1)
+    sites = predict(model, frame, {"lat": ("site", [50.0, 52.0]), "lon": ("site", [0.0, 1.0])})
+    assert sites["t2m_mean"].dims == ("site",)
     assert np.isfinite(one["t2m_mean"]).all()
     eager = predict(model, frame, grid())
     lazy = predict(model, frame, grid(), chunks=5)

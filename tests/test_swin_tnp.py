@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xarray as xr
 from flax import nnx
 
 from xnp.data.gp import GPTasks, sample_gp_batch
-from xnp.errors import ConfigError, ShapeError
+from xnp.errors import ConfigError, ShapeError, XnpWarning
 from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig, count_params
 from xnp.points import Points
 from xnp.train import make_optimizer, make_train_step
@@ -280,3 +281,12 @@ def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
     assert lat1 - lat0 < 10
     out = ds.isel(time=0).np.predict(model)
     assert np.isfinite(out.t2m_mean).all()
+    # outside the regional grid there are no pseudo-tokens: refused, not put on edge cells
+    far = {"lat": np.array([52.0]), "lon": np.array([0.0, 120.0])}
+    with pytest.raises(ConfigError, match="1 of 2 target points lie outside the model's grid"):
+        ds.isel(time=0).np.predict(model, far)
+    moved = ds.isel(time=0).assign_coords(lon=ds.lon + 100.0)
+    mixed = xr.concat([ds.isel(time=0), moved], dim="lon")
+    with pytest.warns(XnpWarning, match="context point.*outside the model's grid"):
+        inside = mixed.np.predict(model, ds.isel(time=0).drop_vars("t2m"))
+    xr.testing.assert_allclose(inside, out, atol=1e-5)

@@ -77,7 +77,10 @@ def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
     if targets is None:
         return data.drop_vars(list(data.data_vars))
     if isinstance(targets, Mapping) and not isinstance(targets, xr.Dataset):
-        coords = {k: np.atleast_1d(v) if np.ndim(v) == 0 else v for k, v in targets.items()}
+        coords = {
+            k: np.atleast_1d(v) if isinstance(v, int | float | np.number) else v
+            for k, v in targets.items()
+        }
         return xr.Dataset(coords=coords)
     tmpl = _as_dataset(targets, "targets")
     # keep the chunks of the first data variable, if any, for the lazy path
@@ -352,7 +355,17 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
         for source, src in opts.sources:
             more = _source_points(model, src, source, hours, reference)
             parts += [] if more is None else [more]
-    return _Context(model, predictor, _concat(parts), attrs)
+    points = _concat(parts)
+    outside = _outside_grid(model, np.asarray(points.s[0]))
+    if outside is not None and (outside & np.asarray(points.mask[0], bool)).any():
+        warnings.warn(
+            f"{int(outside.sum())} context point(s) lie outside the model's grid "
+            f"({_extent_text(model)}) and are ignored.",
+            XnpWarning,
+            stacklevel=4,
+        )
+        points = points.replace(mask=points.mask & ~outside[None])
+    return _Context(model, predictor, points, attrs)
 
 
 def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float | None = None
@@ -361,6 +374,14 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     model = ctx.model
     tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model, template))
     _warn_far_targets(model, ctx.points, tgt_ps)
+    outside = _outside_grid(model, tgt_ps.s)
+    if outside is not None and outside.any():
+        raise ConfigError(
+            f"{int(outside.sum())} of {len(tgt_ps)} target points lie outside the model's grid "
+            f"({_extent_text(model)}), where a Swin-TNP fitted on a regional domain has no "
+            "pseudo-tokens; select targets inside it (e.g. targets.sel(lat=slice(...), "
+            "lon=slice(...))) or fit on data covering them."
+        )
     if opts.chunks:
         state = None if opts.radius_km is not None else ctx.state()
         payload = _Payload(ctx.predictor, state, tgt_ps, ctx.points, opts.radius_km, model,
@@ -374,6 +395,27 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
     return predictions_to_xarray(tgt_ps, mean[0].astype(np.float32), std[0].astype(np.float32),
                                  list(model.variables), attrs=ctx.attrs)  # fmt: skip
+
+
+def _outside_grid(model: Any, s: np.ndarray) -> np.ndarray | None:
+    """Which points ``[N, 2]`` (lat, lon) lie outside a regional pseudo-token grid.
+
+    None for models without a grid (BSA-TNP).  Without this
+    check a Swin-TNP would put such points on its edge cells, silently.
+    """
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "geometry", None) != "sphere" or not len(s):
+        return None
+    (lat0, lat1), (lon0, lon1) = cfg.extent
+    outside = (s[:, 0] < lat0) | (s[:, 0] > lat1)
+    if not cfg.wrap[1]:
+        outside |= (s[:, 1] - lon0) % 360.0 > lon1 - lon0  # either longitude convention
+    return outside
+
+
+def _extent_text(model: Any) -> str:
+    (lat0, lat1), (lon0, lon1) = model.config.extent
+    return f"latitude {lat0:.2f} to {lat1:.2f}, longitude {lon0:.2f} to {lon1:.2f}"
 
 
 def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
