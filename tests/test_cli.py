@@ -305,6 +305,20 @@ def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monk
     assert status == 1
     assert "neither a saved model directory nor a pretrained model" in err
     assert "gp-sphere" in err
+    # a file with several variables: choose one with --variable
+    with xr.open_dataset(files / "data.nc") as data:
+        data.assign(other=data["field"] * 2.0).to_netcdf(tmp_path / "two.nc")
+    status, _, err = run(capsys, "predict", tmp_path / "zero-shot", tmp_path / "two.nc",
+                         "--time", "2000-01-01T06", "--out", tmp_path / "v.nc")  # fmt: skip
+    assert status == 1
+    assert "--variable" in err
+    status, _, err = run(capsys, "predict", tmp_path / "zero-shot", tmp_path / "two.nc",
+                         "--time", "2000-01-01T06", "--variable", "other", "--out",
+                         tmp_path / "v.nc", "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "v.nc") as pred, xr.open_dataset(tmp_path / "q.nc") as q:
+        assert set(pred.data_vars) == {"other_mean", "other_std"}
+        np.testing.assert_allclose(pred["other_mean"], 2.0 * q["field_mean"], rtol=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -437,8 +437,8 @@ def _context_variables(model: Any, context: xr.Dataset) -> list[str]:
             return list(model.variables)
         raise VariableNotFoundError(
             f"a zero-shot model predicts the one variable its context holds, and the context "
-            f"holds {len(names)} ({', '.join(map(repr, names)) or 'none'}); keep only the "
-            "variable to predict in the file."
+            f"holds {len(names)} ({', '.join(map(repr, names)) or 'none'}); choose one with "
+            "--variable NAME."
         )
     _check_variables(context, model.variables, "context")
     return list(model.variables)
@@ -556,6 +556,14 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
     model = load_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
+    if args.variable is not None:
+        if not _zero_shot(model):
+            raise ConfigError(
+                f"--variable is for zero-shot (pretrained) models; this model predicts "
+                f"{', '.join(model.variables)} and reads them from CONTEXT by name."
+            )
+        _check_variables(context, [args.variable], "context")
+        context = context[[args.variable]]
     variables = _context_variables(model, context)
     when = parse_time(args.time)
     if when is not None:
@@ -1028,6 +1036,12 @@ def _add_predict(subs: Any) -> None:
         help="output format (default: from the extension of --out)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument(
+        "--variable",
+        metavar="NAME",
+        help="zero-shot (pretrained) models: the variable of CONTEXT to predict, when it "
+        "holds several (default: its only variable)",
+    )
     _source_option(
         p, "multi-source models: further observations under the names the model was fitted with"
     )
