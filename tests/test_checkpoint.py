@@ -23,7 +23,7 @@ import xnp
 from xnp import checkpoint as ckpt
 from xnp.api import _fixed
 from xnp.data import TaskSampler
-from xnp.errors import CheckpointError
+from xnp.errors import CheckpointError, XnpWarning
 from xnp.train import TrainConfig
 
 CONFIG = TrainConfig(log_every=25, validate_every=50, validation_batches=4, checkpoint_every=25)
@@ -256,6 +256,35 @@ def test_checkpoints_resume_to_the_uninterrupted_result(tmp_path):
     np.testing.assert_array_equal(resumed.history_.val_nll, full.history_.val_nll)
     with pytest.raises(CheckpointError, match="different fit"):
         gp_data().np.fit("field", steps=100, checkpoint_dir=ckdir, resume=True, **ARGS)
+    # other data (here shifted by 50 K) is another fit, even with the same arguments
+    with pytest.raises(CheckpointError, match=r"different fit \(differs in \['data'\]\)"):
+        (gp_data() + 50.0).np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
+    # forgetting resume=True must not wipe the run's checkpoints
+    with pytest.raises(CheckpointError, match="already holds the checkpoints"):
+        gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
+    assert (ckdir / "LATEST").exists()
+
+
+def test_ctrl_c_returns_the_model_and_resume_continues(tmp_path, monkeypatch):
+    # an interrupt while batch 30 is prepared stands for Ctrl-C in the middle of the run
+    batch, fired = TaskSampler.batch, []
+
+    def interrupted(self, k):
+        if k == 30 and not fired:
+            fired.append(k)
+            raise KeyboardInterrupt
+        return batch(self, k)
+
+    monkeypatch.setattr(TaskSampler, "batch", interrupted)
+    ckdir = tmp_path / "run"
+    with pytest.warns(XnpWarning, match=r"interrupted after \d+ of 75 steps.*resume=True"):
+        early = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
+    assert early.training["interrupted"]
+    assert early.training["step"] < 75
+    assert ckpt.CheckpointDir(ckdir).latest().name == f"step-{early.training['step']:08d}"
+    resumed = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
+    full = gp_data().np.fit("field", steps=75, **ARGS)
+    assert_same_params(full, resumed)
 
 
 CHILD = """

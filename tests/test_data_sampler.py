@@ -234,3 +234,21 @@ def test_multi_source_forecast_context_comes_from_the_context_times(grid):
         assert set(np.unique(task.context.t[from_stations])) == {-6.0, 0.0}
         assert set(np.unique(task.target.t)) == {12.0}
         assert (task.target.source == 0).all()
+
+
+def test_mostly_empty_times_still_make_every_batch():
+    # 3 of 40 times observed: a fixed step of training must not fail on such data
+    ds = grid_dataset(nt=40, ny=6, nx=7)
+    observed = np.zeros(40, bool)
+    observed[[3, 17, 31]] = True
+    ds["t2m"] = ds.t2m.where(xr.DataArray(observed, dims="time"))
+    sampler = TaskSampler(ds, "t2m", SpatialTasks(), batch_size=8, seed=0)
+    hours = sampler._target.hours[[3, 17, 31]]
+    for k in range(40):
+        for task in sampler.tasks(k):
+            assert task.reference_time in hours
+    empty = ds.where(xr.DataArray(np.arange(40) == 5, dims="time"))
+    empty["t2m"][5] = np.nan
+    with pytest.raises(EmptyDataError, match="dropna"):
+        TaskSampler(empty, "t2m", SpatialTasks(), batch_size=2, normaliser=sampler.normaliser
+                    ).batch(0)  # fmt: skip

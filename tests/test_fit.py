@@ -166,6 +166,12 @@ def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
         ({"covariates": ["orography"]}, VariableNotFoundError, "Covariate 'orography'"),
         ({"validation": 1.5}, ConfigError, "validation must be a fraction"),
         ({"resume": True}, ConfigError, "checkpoint_dir"),
+        ({"learning_rate": "1e-3"}, ConfigError, "learning_rate must be a positive number"),
+        ({"tasks": "spatial"}, ConfigError, "tasks must be a task specification"),
+        ({"seed": -1}, ConfigError, "seed must be a non-negative integer"),
+        ({"seed": "0"}, ConfigError, "seed must be a non-negative integer"),
+        ({"validation": "last"}, ConfigError, "validation must be a fraction"),
+        ({"covariates": "orography"}, VariableNotFoundError, "Covariate 'orography'"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):

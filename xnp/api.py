@@ -28,6 +28,7 @@ from xnp import checkpoint as ckpt
 from xnp.data.batch import Batch, source_channels
 from xnp.data.coords import find_coords, latlon, resolve_variables, source_dataset
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
+from xnp.data.normalise import Normaliser
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import time_hours, validation_cut
@@ -301,6 +302,30 @@ def _read_state(
     )
 
 
+def _is_real(x: Any) -> bool:
+    """Whether ``x`` is a real number (not a string, array or bool)."""
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+
+def _fingerprint(data: xr.Dataset, layout: Any, variables: Sequence[str],
+                 normaliser: Normaliser | None = None) -> dict[str, Any]:  # fmt: skip
+    """What identifies the data of a fit, so that ``resume=True`` refuses other data.
+
+    Sizes, the time span and the statistics of the variables (the normaliser's, to
+    9 significant digits so that another chunking of the same data still matches).
+    """
+    out: dict[str, Any] = {"sizes": {str(k): int(v) for k, v in data.sizes.items()}}
+    if layout.time is not None:
+        t = np.asarray(data[layout.time].values).ravel()
+        out["time"] = [str(t.min()), str(t.max())] if t.size else []
+    if normaliser is not None:
+        stats = {k: (s.mean, s.std) for k, s in normaliser.stats.items()}
+    else:
+        stats = {v: (float(data[v].mean()), float(data[v].std())) for v in variables}
+    out["stats"] = {k: [float(f"{m:.9g}"), float(f"{sd:.9g}")] for k, (m, sd) in stats.items()}
+    return out
+
+
 def fit(
     data: xr.Dataset | xr.DataArray,
     variable: str | Sequence[str] | None = None,
@@ -403,8 +428,17 @@ def fit(
         raise ConfigError(f"steps must be a positive integer; got {steps!r}.")
     if not isinstance(batch_size, int | np.integer) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive integer; got {batch_size!r}.")
-    if not learning_rate > 0:
-        raise ConfigError(f"learning_rate must be positive; got {learning_rate!r}.")
+    if not _is_real(learning_rate) or not learning_rate > 0:
+        raise ConfigError(f"learning_rate must be a positive number; got {learning_rate!r}.")
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
+        raise ConfigError(
+            f"tasks must be a task specification (xnp.data.SpatialTasks(), ForecastTasks(), "
+            f"WindowTasks(...)) or None for the default; got {tasks!r}."
+        )
+    if isinstance(covariates, str):
+        covariates = [covariates]  # one name, not its letters
     if resume and checkpoint_dir is None:
         raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
     variables = resolve_variables(data, variable)
@@ -421,7 +455,7 @@ def fit(
     if isinstance(validation, xr.Dataset):
         val_data = validation
     elif validation is not None:
-        if not 0.0 < float(validation) < 1.0:
+        if not _is_real(validation) or not 0.0 < float(validation) < 1.0:
             raise ConfigError(
                 f"validation must be a fraction in (0, 1), a Dataset or None; got {validation!r}."
             )
@@ -474,12 +508,22 @@ def fit(
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
         "context_size": nc, "target_size": nt, "sources": sources,
     }  # fmt: skip
+    run["data"] = _fingerprint(data, layout, variables, sampler.normaliser)
+    if val_data is not None:
+        layout_v = find_coords(val_data, variables[0])
+        run["validation_data"] = _fingerprint(val_data, layout_v, variables)
     run = json.loads(json.dumps(run))  # the form it takes in config.json
     state = TrainState(step=0, params=params, opt_state=config.init_optimizer(params))
     checkpoints = None
     if checkpoint_dir is not None:
         checkpoints = ckpt.CheckpointDir(checkpoint_dir, keep=config.keep_checkpoints)
-        latest = checkpoints.latest() if resume else None
+        latest = checkpoints.latest()
+        if latest is not None and not resume:
+            raise CheckpointError(
+                f"{checkpoint_dir} already holds the checkpoints of a fit (latest: "
+                f"{latest.name}); pass resume=True to continue it, or another checkpoint_dir "
+                "(or delete this one) to start a new fit. Nothing was overwritten."
+            )
         if latest is not None:
             state = _restore(latest, params_template(cfg), config.init_optimizer, run)
             log.info("resuming from %s (step %d)", latest, state.step)
@@ -535,4 +579,18 @@ def fit(
     )  # fmt: skip
     result = make_model(state, final=True)
     result.training["seconds"] = round(time.perf_counter() - t0, 3)
+    if state.interrupted:
+        result.training["interrupted"] = True
+        kept = f"the parameters of step {state.step}"
+        if state.best_params is not None:
+            kept = f"the best validated parameters (step {state.best_step})"
+        again = ""
+        if checkpoints is not None:
+            again = " fit(..., resume=True) with the same checkpoint_dir continues the run."
+        warnings.warn(
+            f"fit interrupted after {state.step} of {steps} steps; returning the model with "
+            f"{kept}.{again}",
+            XnpWarning,
+            stacklevel=2,
+        )
     return result

@@ -36,7 +36,7 @@ from flax import nnx
 from xnp import checkpoint as ckpt
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
-from xnp.errors import CheckpointError, ConfigError, XnpError
+from xnp.errors import CheckpointError, ConfigError, MissingDependencyError, XnpError
 from xnp.models.registry import build_model, config_from_dict, config_to_dict
 from xnp.points import Points
 from xnp.train import HISTORY_FIELDS, _eval_step
@@ -382,7 +382,9 @@ class NeuralProcess:
         try:
             import matplotlib.pyplot as plt
         except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ImportError("plot_history needs matplotlib: pip install 'xnp[plot]'.") from err
+            raise MissingDependencyError(
+                "plot_history needs matplotlib: pip install 'xnp[plot]'."
+            ) from err
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 3.5))
         for name in metrics:

@@ -326,6 +326,8 @@ class TrainState:
     history: dict[str, list[Any]] = dataclasses.field(
         default_factory=lambda: {k: [] for k in HISTORY_FIELDS}
     )
+    #: Whether the run was stopped early by an interrupt (Ctrl-C) at ``step``.
+    interrupted: bool = False
 
 
 def _gradient_transform(config: TrainConfig) -> optax.GradientTransformation:
@@ -508,6 +510,7 @@ def train(
     )
     bar = tqdm(total=steps, initial=start, desc="fit", disable=not progress, unit="step")
     tick, tick_step = time.perf_counter(), start
+    done, interrupted = start, False
     try:
         for k in range(start, steps):
             lr = np.float32(schedule(k))
@@ -549,7 +552,38 @@ def train(
                     TrainState(done, params, opt_state, best, best_step, best_nll, history)
                 )
                 tick = time.perf_counter()
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         fetch.close()
         bar.close()
+    if interrupted:
+        return _interrupted(
+            TrainState(done, params, opt_state, best, best_step, best_nll, history, True),
+            steps,
+            on_checkpoint,
+        )
     return TrainState(steps, params, opt_state, best, best_step, best_nll, history)
+
+
+def _interrupted(
+    state: TrainState, steps: int, on_checkpoint: Callable[[TrainState], None] | None
+) -> TrainState:
+    """Stop cleanly after Ctrl-C: checkpoint what was done and return it.
+
+    An interrupt during a step may leave that step's inputs donated (deleted);
+    then the last validated best parameters are all that is left, and without
+    them the interrupt propagates.
+    """
+    deleted = any(
+        getattr(x, "is_deleted", lambda: False)()
+        for x in jax.tree.leaves((state.params, state.opt_state))
+    )
+    if deleted and state.best_params is None:
+        raise KeyboardInterrupt
+    if deleted:
+        state = dataclasses.replace(state, params=state.best_params)
+    elif on_checkpoint is not None and state.step > 0:
+        on_checkpoint(state)  # so that resume=True continues from here
+    log.warning("interrupted after %d of %d steps", state.step, steps)
+    return state

@@ -36,6 +36,9 @@ from xnp.errors import ConfigError, EmptyDataError
 
 __all__ = ["TaskSampler"]
 
+#: Draws allowed per task of a batch before giving up (empty frames and windows).
+_DRAWS_PER_TASK = 100
+
 _DEM_COORD = "_xnp_dem_elevation"
 Window = tuple[tuple[float, float], tuple[float, float]]
 
@@ -298,6 +301,10 @@ class TaskSampler:
         if self._allowed.size == 0:
             raise EmptyDataError(f"The {self.split} period holds no times.")
 
+    def _min_points(self) -> int:
+        """Fewest observations a frame needs to make a task."""
+        return self.task.min_points if isinstance(self.task, WindowTasks) else 2
+
     def _fit_normaliser(self) -> Normaliser:
         target = self._target
         view = target.view
@@ -353,7 +360,7 @@ class TaskSampler:
             i = int(rng.integers(lat.size))
             centre = (float(lat.flat[i]), float(lon.flat[i]))
             window = (centre, self.task.half_widths(centre[0]))
-        minimum = self.task.min_points if isinstance(self.task, WindowTasks) else 2
+        minimum = self._min_points()
         spec = self.inner_task
         if isinstance(spec, ForecastTasks):
             frames, target_frame = self._anchors[int(rng.integers(len(self._anchors)))]
@@ -392,15 +399,21 @@ class TaskSampler:
         """Draw the (unpadded) tasks of batch ``k``; they depend only on ``(seed, k)``."""
         rng = np.random.default_rng([self.seed, k])
         drawn: list[Task] = []
-        for _ in range(20 * self.batch_size + 20):
+        # Frames are drawn blindly (checking every frame for observations up front
+        # would read all of a lazy dataset), so mostly empty data needs many draws;
+        # a draw of an empty frame reads that frame only.  The budget depends on the
+        # batch size alone, so batch k is the same on every run, in memory or lazy.
+        for _ in range(_DRAWS_PER_TASK * self.batch_size):
             task = self._draw(rng)
             if task is not None and len(task.context) and len(task.target):
                 drawn.append(task)
                 if len(drawn) == self.batch_size:
                     return drawn
         raise EmptyDataError(
-            f"Could not draw {self.batch_size} non-empty tasks from {self._target.name!r} "
-            f"({len(drawn)} found): the data is mostly missing, or windows are too small."
+            f"Could not draw {self.batch_size} non-empty tasks from the {self.split} data of "
+            f"{self._target.name!r} in {_DRAWS_PER_TASK * self.batch_size} draws "
+            f"({len(drawn)} found): the data is almost all missing, or windows are too small. "
+            "Drop the empty times first, e.g. ds.dropna('time', how='all')."
         )
 
     def batch(self, k: int) -> Batch:

@@ -120,6 +120,6 @@ def validation_cut(n_times: int, fraction: float) -> int:
     if n_times - held_out < 1:
         raise EmptyDataError(
             f"Only {n_times} time(s): holding out {fraction:.0%} leaves none for training. "
-            "Use more times or a smaller validation_fraction."
+            "Use more times, a smaller validation fraction, or validation=None."
         )
     return n_times - held_out
