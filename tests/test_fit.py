@@ -7,6 +7,7 @@ xnp.api and xnp.accessor, so the train and eval steps compile once per session.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import numpy as np
@@ -178,6 +179,17 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, match):
     args = {"variable": "field", "model": "bsa-tnp-tiny", "steps": 5, "progress": False} | kwargs
     with pytest.raises(error, match=match):
         gp_data().np.fit(args.pop("variable"), **args)
+
+
+def test_validation_data_sharing_training_frames_warn():
+    ds = gp_data()
+    args = {"model": "bsa-tnp-tiny", "steps": 2, "progress": False, "config": FAST}
+    with pytest.warns(XnpWarning, match="share 8 time"):
+        ds.np.fit("field", validation=ds.isel(time=slice(32, None)), **args)
+    train, held_out = ds.isel(time=slice(0, 32)), ds.isel(time=slice(32, None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train.np.fit("field", validation=held_out, **args)
 
 
 def test_train_config_validation():

@@ -302,6 +302,33 @@ def _read_state(
     )
 
 
+def _warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> None:
+    """Warn when a validation Dataset holds frames (same places, same times) of ``data``.
+
+    Validating on other places at the same times is a legitimate spatial split;
+    the same places at the same times are training data, and their scores are
+    not held out.
+    """
+    if layout.time is None or layout.time not in val_data.coords:
+        return
+    shared = np.intersect1d(np.asarray(data[layout.time].values).ravel(),
+                            np.asarray(val_data[layout.time].values).ravel())  # fmt: skip
+    space = [d for d in layout.point_dims if d in val_data.dims]
+    same_places = len(space) == len(layout.point_dims) and all(
+        data.sizes[d] == val_data.sizes[d]
+        and (d not in data.coords or np.array_equal(data[d].values, val_data[d].values))
+        for d in space
+    )
+    if shared.size and same_places:
+        warnings.warn(
+            f"the validation data share {shared.size} time(s) with the training data at the "
+            "same places, so their scores are not held out; train on the other times, e.g. "
+            f"ds.drop_sel({layout.time}=validation.{layout.time}.values).",
+            XnpWarning,
+            stacklevel=3,
+        )
+
+
 def _is_real(x: Any) -> bool:
     """Whether ``x`` is a real number (not a string, array or bool)."""
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
@@ -371,7 +398,9 @@ def fit(
         Peak learning rate of the warm-up + cosine schedule (AdamW).
     validation : float, Dataset or None
         Fraction of the time axis held out at its end for validation (data with
-        time), a separate dataset to validate on, or None for no validation.  With
+        time), a separate dataset to validate on (used as it is: to hold out times
+        of ``data``, drop them from ``data`` too; a warning says when they are
+        shared), or None for no validation.  With
         validation, the returned model has the parameters of the best validation NLL.
     seed : int
         Seed of the parameter initialisation and of the task stream: the same
@@ -454,6 +483,7 @@ def fit(
         validation = validation.to_dataset(name=variables[0])
     if isinstance(validation, xr.Dataset):
         val_data = validation
+        _warn_shared_times(data, val_data, layout)
     elif validation is not None:
         if not _is_real(validation) or not 0.0 < float(validation) < 1.0:
             raise ConfigError(
