@@ -20,7 +20,7 @@ from xnp.baselines import (
     Persistence,
     _neg_log_marginal,
 )
-from xnp.errors import ConfigError, EmptyDataError, XnpError
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpError
 from xnp.evaluate import evaluate
 from xnp.geo.distance import EARTH_RADIUS_KM
 
@@ -252,6 +252,19 @@ def test_ordinary_kriging_interpolates_and_is_uncertain_away_from_data():
     std = far.t_std.squeeze("lon")
     assert float(std.sel(lat=60.0)) > float(std.sel(lat=45.0)) > 0
     assert "ordinary kriging" in far.attrs["source"]
+    # a constant field (a dry day) has no variogram to fit: its value, with no doubt
+    dry = ok.predict(obs.assign(t=obs.t * 0.0), {"lat": [45.0, 60.0], "lon": [0.0]})
+    np.testing.assert_array_equal(dry.t_mean, 0.0)
+    np.testing.assert_array_equal(dry.t_std, 0.0)
+
+
+def test_baselines_select_times_like_xnp_predict():
+    data = station_dataset(nt=3)
+    idw = InverseDistanceWeighting()
+    with pytest.raises(CoordinateError, match="not in the data"):
+        idw.predict(data, time=np.datetime64("1990-01-01"))
+    out = idw.predict(data, data.isel(time=0).drop_vars("t2m"))
+    np.testing.assert_array_equal(out.time.values, data.time.values)
 
 
 def test_ordinary_kriging_without_pykrige_says_what_to_install(monkeypatch):

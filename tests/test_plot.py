@@ -200,3 +200,10 @@ def test_plot_calibration_is_the_one_in_evaluate(gridded, monkeypatch, tmp_path)
     import matplotlib.pyplot as plt
 
     plt.close(hist_ax.figure)
+
+
+def test_a_grid_of_one_row_draws_its_points(obs, tmp_path):
+    row = xr.Dataset(coords={"lat": [50.0], "lon": np.linspace(-3.0, 2.0, 6)})
+    fig = render(plot_prediction(fake_prediction(row, obs.time.values[0]), coastlines=False),
+                 tmp_path / "row.png")  # fmt: skip
+    assert len(fig.axes[0].collections[0].get_offsets()) == 6  # not an empty mesh

@@ -155,6 +155,18 @@ def test_cross_validate_per_station():
     folds = scores.t_n.drop_sel(fold="pooled")
     assert ((folds > 0).sum("fold") == 1).all()  # each station scored in exactly one fold
     np.testing.assert_array_equal(scores.t_n.sel(fold="pooled"), 3)
+    # every fold carries every station's coordinates; n is 0 (not NaN) where it held none
+    assert scores.t_n.dtype.kind == "i"
+    np.testing.assert_array_equal(scores.lat, data.lat)
+    assert np.isfinite(scores.lon).all()
+    # a station dimension without a coordinate aligns by position
+    bare = data.drop_vars([c for c in data.coords if "station" in data[c].dims])
+    bare = bare.assign_coords(lat=("station", data.lat.values), lon=("station", data.lon.values))
+    if "station" in bare.indexes:
+        bare = bare.drop_indexes("station")
+    same = cross_validate(InverseDistanceWeighting().predict, bare, "t", cv, dim="time")
+    np.testing.assert_array_equal(same.t_n, scores.t_n)
+    np.testing.assert_allclose(same.t_mae, scores.t_mae)
 
 
 def test_cross_validation_needs_point_data():

@@ -61,6 +61,7 @@ from xnp.prediction import (
     _as_dataset,
     _at_time,
     _lead_hours,
+    _select_times,
     _template,
     forecast_layout,
 )
@@ -161,10 +162,16 @@ class _SpatialBaseline:
         template = _template(targets, data)
         template.attrs.pop("_xnp_chunks", None)
         layout = find_coords(data, variables[0])
-        if layout.time is None or layout.time_dim is None:
+        if layout.time is None:
             return self._one_time(data, template, variables, layout)
-        data_t = data if time is None else data.sel({layout.time: time})
         tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
+        if layout.time_dim is None:  # a single frame with a scalar time: keep its label
+            return self._one_time(
+                data, _at_time(template, data, layout, tmpl_time), variables, layout
+            )
+        if time is None and tmpl_time is not None and tmpl_time in template.dims:
+            time = template[tmpl_time].values  # the template asks for these times
+        data_t = data if time is None else _select_times(data, layout, time)
         if layout.time_dim not in data_t.dims:  # one time selected
             return self._one_time(
                 data_t, _at_time(template, data_t, layout, tmpl_time), variables, layout
@@ -688,10 +695,13 @@ class OrdinaryKriging(_SpatialBaseline):
                 f"ordinary kriging needs at least 3 observations to fit a variogram; got "
                 f"{len(context)}."
             )
+        values = context.f[:, 0]
+        if np.ptp(values) == 0:  # a constant field (a dry day): no variogram to fit
+            return np.full(len(targets), values[0], np.float64), np.zeros(len(targets))
         ok = self._ok(
             context.lon,
             context.lat,
-            context.f[:, 0],
+            values,
             variogram_model=self.variogram_model,
             variogram_parameters=self.variogram_parameters,
             nlags=self.nlags,

@@ -205,7 +205,10 @@ class _Field:
             order = np.argsort(lon, kind="stable")
             self.lon, self.lat = lon[order], np.asarray(obj[layout.lat].values, np.float64)
             self.values = np.asarray(da.values, np.float64)[:, order]
-            self.mesh = True
+            self.mesh = min(self.values.shape) > 1
+            if not self.mesh:  # one row or column has no cell width: draw its points
+                lon2, lat2 = np.meshgrid(self.lon, self.lat)
+                self.lon, self.lat, self.values = lon2.ravel(), lat2.ravel(), self.values.ravel()
         else:
             self.lat, self.lon = latlon(obj, layout)
             self.values = np.asarray(da.transpose(*layout.point_dims).values, np.float64)

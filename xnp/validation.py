@@ -343,8 +343,23 @@ def cross_validate(
     pooled_pred = xr.concat(preds, dim=point_dim).isel({point_dim: order})
     pooled = evaluate(pooled_pred, data, variables=variables, dim=dim)
     labels = [str(i) for i in range(len(scores))] + ["pooled"]
-    # kept point dims differ between folds: each fold's scores cover its own test points
-    out = xr.concat(
-        [*scores, pooled], dim="fold", coords="minimal", compat="override", join="outer"
-    )
+    parts = [*scores, pooled]
+    kept = point_dim in pooled.dims
+    if kept:
+        # each fold scores its own test points: align the folds on the points' positions
+        # (a point dimension need not have a coordinate), then give every fold the
+        # coordinates of all points (an outer join would leave them NaN where a fold
+        # held no test point)
+        along = [c for c in pooled.coords if point_dim in pooled[c].dims]
+        positions = [*tests, np.arange(data.sizes[point_dim])]
+        parts = [p.drop_vars(along).assign_coords({point_dim: i})
+                 for p, i in zip(parts, positions, strict=True)]  # fmt: skip
+    counts = {f"{v}_n": 0 for v in variables if f"{v}_n" in pooled}
+    out = xr.concat(parts, dim="fold", coords="minimal", compat="override", join="outer",
+                    fill_value={**counts, **{k: np.nan for k in pooled.data_vars
+                                             if k not in counts}})  # fmt: skip
+    if kept:
+        out = out.drop_vars(point_dim).assign_coords(
+            {c: pooled[c] for c in pooled.coords if point_dim in pooled[c].dims}
+        )
     return out.assign_coords(fold=labels)
