@@ -207,3 +207,18 @@ def test_a_grid_of_one_row_draws_its_points(obs, tmp_path):
     fig = render(plot_prediction(fake_prediction(row, obs.time.values[0]), coastlines=False),
                  tmp_path / "row.png")  # fmt: skip
     assert len(fig.axes[0].collections[0].get_offsets()) == 6  # not an empty mesh
+
+
+def test_a_lazy_prediction_is_computed_once(gridded, tmp_path):
+    import dask
+
+    calls = []
+
+    def counting(dsk, keys, **kwargs):
+        calls.append(1)
+        return dask.get(dsk, keys, **kwargs)
+
+    lazy = gridded.chunk({"lat": 3})
+    with dask.config.set(scheduler=counting):
+        render(plot_prediction(lazy, coastlines=False), tmp_path / "lazy.png")
+    assert len(calls) == 1

@@ -356,6 +356,7 @@ def plot_prediction(
     variable = _pick_variable(pred, variable)
     mean_name, std_name = f"{variable}_mean", f"{variable}_std"
     pred = _one_time(pred[[mean_name, std_name]], mean_name, time, "prediction")
+    pred = pred.compute()  # a lazy prediction runs once for both fields, not once each
     mean, std = _Field(pred, mean_name), _Field(pred, std_name)
     points = None
     if context is not None:
