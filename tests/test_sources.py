@@ -136,7 +136,7 @@ def test_fit_with_a_station_source(grid, stations):
 def test_swin_tnp_reads_the_source_channels_too(grid, stations):
     from xnp.models.swin_config import SwinTNPConfig
 
-    cfg = SwinTNPConfig.tiny(dim_x=2, extent=((49.0, 56.0), (-4.0, 4.0)))
+    cfg = SwinTNPConfig.tiny(dim_x=2, extent=((49.0, 59.0), (-11.0, 5.0)))  # holds the stations
     swin = NeuralProcess.init(
         cfg, Normaliser.fit(grid, "t2m"), ["t2m"], sources=["data", "stations"], seed=0
     )

@@ -691,6 +691,17 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         data = files.enter_context(open_data(args.data))
         variable = args.variable
         _check_variables(data, [variable], "data")
+    elif args.pretrained is not None or (
+        args.model is not None and _zero_shot(load_model(args.model))
+    ):
+        # a zero-shot model was trained on regional fields (caps of at most 4000 km):
+        # a continental region, not the globe, is where it is meant to work
+        region = {"lat_range": (30.0, 60.0), "lon_range": (-30.0, 30.0)}
+        data = gp_sphere(n_lat=24, n_lon=48, n_time=24, lengthscale_km=800.0, seed=args.seed,
+                         **region)  # fmt: skip
+        variable = "field"
+        log.info("data: synthetic Gaussian-process field on a 24 × 48 grid over 30–60°N, "
+                 "30°W–30°E, 24 times 6 h apart")  # fmt: skip
     else:
         data = gp_sphere(n_lat=24, n_lon=48, n_time=24, seed=args.seed)
         variable = "field"
