@@ -331,7 +331,7 @@ def test_model_by_path_or_name_and_unnamed_arrays(model, data, tmp_path):
     xr.testing.assert_allclose(by_path, predict(model, frame, grid()))
     unnamed = predict(model, frame["t2m"].rename(None), grid())
     assert set(unnamed.data_vars) == {"t2m_mean", "t2m_std"}
-    with pytest.raises(ConfigError, match="neither a model directory"):
+    with pytest.raises(ConfigError, match="neither a saved model directory"):
         predict("no-such-model", frame, grid())
     with pytest.raises(ConfigError, match="must be a NeuralProcess"):
         predict(42, frame, grid())

@@ -55,15 +55,15 @@ from xnp.errors import (
     VariableNotFoundError,
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.infer import _xyz
+from xnp.infer import _great_circle_km, _xyz
 from xnp.prediction import (
     _add_hours,
     _as_dataset,
     _at_time,
     _lead_hours,
-    _select_times,
     _template,
     forecast_layout,
+    predict_each_time,
 )
 
 __all__ = [
@@ -162,26 +162,10 @@ class _SpatialBaseline:
         template = _template(targets, data)
         template.attrs.pop("_xnp_chunks", None)
         layout = find_coords(data, variables[0])
-        if layout.time is None:
-            return self._one_time(data, template, variables, layout)
-        tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
-        if layout.time_dim is None:  # a single frame with a scalar time: keep its label
-            return self._one_time(
-                data, _at_time(template, data, layout, tmpl_time), variables, layout
-            )
-        if time is None and tmpl_time is not None and tmpl_time in template.dims:
-            time = template[tmpl_time].values  # the template asks for these times
-        data_t = data if time is None else _select_times(data, layout, time)
-        if layout.time_dim not in data_t.dims:  # one time selected
-            return self._one_time(
-                data_t, _at_time(template, data_t, layout, tmpl_time), variables, layout
-            )
-        results = []
-        for i in range(data_t.sizes[layout.time_dim]):
-            frame = data_t.isel({layout.time_dim: i})
-            tmpl = _at_time(template, frame, layout, tmpl_time)
-            results.append(self._one_time(frame, tmpl, variables, layout))
-        return xr.concat(results, dim=layout.time_dim)
+        return predict_each_time(
+            data, template, layout, time,
+            lambda frame, tmpl: self._one_time(frame, tmpl, variables, layout),
+        )  # fmt: skip
 
     def _one_time(
         self, data: xr.Dataset, template: xr.Dataset, variables: list[str], layout: Any
@@ -272,7 +256,7 @@ class InverseDistanceWeighting(_SpatialBaseline):
         chord, idx = cKDTree(_xyz(context.s)).query(_xyz(targets.s), k=k)
         chord = np.reshape(chord, (len(targets), k))
         idx = np.reshape(idx, (len(targets), k))
-        dist_km = 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(0.5 * chord, 1.0))
+        dist_km = _great_circle_km(chord)
         values = context.f[:, 0][idx]
         coincident = dist_km < 1e-3
         with np.errstate(divide="ignore"):

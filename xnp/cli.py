@@ -49,7 +49,6 @@ import numpy as np
 import xarray as xr
 
 from xnp.errors import (
-    CheckpointError,
     ConfigError,
     CoordinateError,
     DimensionError,
@@ -57,7 +56,7 @@ from xnp.errors import (
     XnpError,
 )
 
-__all__ = ["build_parser", "format_table", "load_model", "main", "open_data", "write_dataset"]
+__all__ = ["build_parser", "format_table", "main", "open_data", "write_dataset"]
 
 log = logging.getLogger("xnp.cli")
 
@@ -375,48 +374,6 @@ def format_table(result: xr.Dataset, *, precision: int = 4) -> str:
 
 
 # -- models -------------------------------------------------------------------------------
-def load_model(spec: str | os.PathLike) -> Any:
-    """The model a MODEL argument names: a saved model directory or a pretrained model.
-
-    Parameters
-    ----------
-    spec : path or str
-        A directory written by ``xnp fit`` / :meth:`~xnp.NeuralProcess.save` (or a
-        checkpoint folder), or the name of a pretrained model shipped with xnp
-        (:func:`xnp.available_pretrained`, e.g. ``gp-sphere``).  A path that exists
-        wins over a pretrained model of the same name; a leading ``~`` is expanded.
-
-    Returns
-    -------
-    NeuralProcess
-
-    Raises
-    ------
-    CheckpointError
-        If ``spec`` is neither an existing path nor a pretrained model's name, or the
-        directory cannot be loaded.
-
-    Examples
-    --------
-    >>> load_model("gp-sphere").normalise
-    'context'
-    """
-    from xnp.estimator import load
-    from xnp.pretrained import available_pretrained, pretrained
-
-    path = Path(spec).expanduser()
-    if path.exists():
-        return load(path)
-    names = available_pretrained()
-    if str(spec) in names:
-        log.info("using the pretrained %r model", str(spec))
-        return pretrained(str(spec))
-    raise CheckpointError(
-        f"{spec} is neither a saved model directory nor a pretrained model "
-        f"(this installation ships {', '.join(names) or 'none'})."
-    )
-
-
 def _zero_shot(model: Any) -> bool:
     """Whether ``model`` standardises each context by its own statistics (pretrained)."""
     return getattr(model, "normalise", "fitted") == "context"
@@ -553,8 +510,9 @@ def _default_chunks(model: Any, template: xr.Dataset) -> dict[str, int]:
 
 def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     from xnp.prediction import predict
+    from xnp.pretrained import resolve_model
 
-    model = load_model(args.model)
+    model = resolve_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
     if args.variable is not None:
         if not _zero_shot(model):
@@ -682,18 +640,20 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     from xnp.data.tasks import SpatialTasks
     from xnp.datasets import gp_sphere
     from xnp.prediction import predict
+    from xnp.pretrained import resolve_model
 
     start = time.perf_counter()
     out = Path(args.out).expanduser()
+    if args.model is not None and args.pretrained is not None:
+        raise UsageError("give --model or --pretrained, not both.")
+    given = resolve_model(args.model) if args.model is not None else None
     if args.data is not None:
         if args.variable is None:
             raise UsageError("--data needs --variable, the name of the variable to learn.")
         data = files.enter_context(open_data(args.data))
         variable = args.variable
         _check_variables(data, [variable], "data")
-    elif args.pretrained is not None or (
-        args.model is not None and _zero_shot(load_model(args.model))
-    ):
+    elif args.pretrained is not None or (given is not None and _zero_shot(given)):
         # a zero-shot model was trained on regional fields (caps of at most 4000 km):
         # a continental region, not the globe, is where it is meant to work
         region = {"lat_range": (30.0, 60.0), "lon_range": (-30.0, 30.0)}
@@ -712,16 +672,14 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     tdim = _time_dim(data, variable)
     # the last time is held out of training (validation period) and used as the context
     frame = data.isel({tdim: -1}) if tdim is not None else data
-    if args.model is not None and args.pretrained is not None:
-        raise UsageError("give --model or --pretrained, not both.")
     if args.pretrained is not None:
         from xnp.pretrained import pretrained
 
         model = pretrained(args.pretrained)  # zero-shot: no fitting, works offline
         log.info("using the pretrained %r model zero-shot (no fitting)", args.pretrained)
         model_path = model.save(out / "model")
-    elif args.model is not None:
-        model = load_model(args.model)
+    elif given is not None:
+        model = given
         if not _zero_shot(model) and variable not in model.variables:
             raise VariableNotFoundError(
                 f"the model {args.model} predicts {list(model.variables)}, not {variable!r}."

@@ -258,6 +258,11 @@ def _xyz(s: np.ndarray) -> np.ndarray:
     return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
 
 
+def _great_circle_km(chord: np.ndarray) -> np.ndarray:
+    """Great-circle distance (km) of chord lengths between points of :func:`_xyz`."""
+    return 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(0.5 * np.asarray(chord), 1.0))
+
+
 class Predictor:
     """Chunked, exact (or regional) prediction with a conditioned-once context.
 

@@ -33,8 +33,7 @@ import dataclasses
 import datetime
 import os
 import warnings
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dask
@@ -52,8 +51,7 @@ from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, t
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
-from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.infer import Predictor, _xyz, parse_distance_km
+from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
 from xnp.points import Points
 
 __all__ = ["predict"]
@@ -195,18 +193,9 @@ class _Options:
 def _resolve_model(model: Any) -> Any:
     """A model object from a model, a saved model directory or a shipped model's name."""
     if isinstance(model, str | os.PathLike):
-        from xnp.estimator import load  # (imported here: xnp.estimator imports this module)
-        from xnp.pretrained import available_pretrained, pretrained
+        from xnp.pretrained import resolve_model  # here: xnp.estimator imports this module
 
-        path = Path(model).expanduser()
-        if path.exists():
-            return load(path)
-        if str(model) in available_pretrained():
-            return pretrained(str(model))
-        raise ConfigError(
-            f"{str(model)!r} is neither a model directory nor a pretrained model "
-            f"({', '.join(available_pretrained()) or 'none installed'})."
-        )
+        return resolve_model(model)
     if not all(hasattr(model, a) for a in ("variables", "normaliser", "params_")):
         raise ConfigError(
             f"model must be a NeuralProcess (from fit, xnp.load or xnp.pretrained), a model "
@@ -438,7 +427,7 @@ def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
     n = len(targets)
     stride = -(-n // _FAR_CHECK_POINTS)  # a regular subsample of large target sets
     chord, _ = tree.query(_xyz(targets.s[::stride]), k=1)
-    km = 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(chord / 2.0, 1.0))
+    km = _great_circle_km(chord)
     far = int(np.sum(km > limit))
     if far:
         share = f"{far} of {n}" if stride == 1 else f"about {far / km.size:.0%} of the {n:,}"
@@ -559,26 +548,48 @@ def predict(
             "lead_time is for forecast models; this model interpolates at the context's "
             "own time. Select times with `time=`."
         )
+    return predict_each_time(
+        data, template, layout, time,
+        lambda frame, tmpl: _one_time(model, frame, tmpl, opts), require=model.variables,
+    )  # fmt: skip
+
+
+def predict_each_time(
+    data: xr.Dataset,
+    template: xr.Dataset,
+    layout: Any,
+    time: Any,
+    one_time: Callable[[xr.Dataset, xr.Dataset], xr.Dataset],
+    *,
+    require: Sequence[str] = (),
+) -> xr.Dataset:
+    """``one_time(frame, template at its time)`` for each selected time, concatenated.
+
+    The time logic shared by :func:`predict` and the baselines: ``time`` selects
+    frames of ``data`` (``.sel``; by default the times of a template with a time
+    dimension, else all); each prediction carries its frame's time (a scalar time
+    of the template is replaced).  Frames of a time series with no observation
+    of any of ``require`` raise :class:`~xnp.errors.EmptyDataError`.
+    """
     if layout.time is None:
-        return _one_time(model, data, template, opts)
+        return one_time(data, template)
     tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
     if layout.time_dim is None:  # a single frame with a scalar time: keep its label
-        return _one_time(model, data, _at_time(template, data, layout, tmpl_time), opts)
+        return one_time(data, _at_time(template, data, layout, tmpl_time))
     if time is None and tmpl_time is not None and tmpl_time in template.dims:
         time = template[tmpl_time].values  # the template asks for these times
     data_t = data if time is None else _select_times(data, layout, time)
     if layout.time_dim not in data_t.dims:  # one time selected
-        return _one_time(model, data_t, _at_time(template, data_t, layout, tmpl_time), opts)
+        return one_time(data_t, _at_time(template, data_t, layout, tmpl_time))
     results = []
     for i in range(data_t.sizes[layout.time_dim]):
         frame = data_t.isel({layout.time_dim: i})
-        if all(int(frame[v].count()) == 0 for v in model.variables):
+        if require and all(int(frame[v].count()) == 0 for v in require):
             raise EmptyDataError(
-                f"no observation of {list(model.variables)} at time "
+                f"no observation of {list(require)} at time "
                 f"{frame[layout.time].values}; drop that time or choose another."
             )
-        results.append(_one_time(model, frame, _at_time(template, frame, layout, tmpl_time),
-                                 opts))  # fmt: skip
+        results.append(one_time(frame, _at_time(template, frame, layout, tmpl_time)))
     return xr.concat(results, dim=layout.time_dim)
 
 

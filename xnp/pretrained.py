@@ -14,15 +14,19 @@ regional Gaussian-process fields on the sphere (``recipes/pretrain/``).
 
 from __future__ import annotations
 
+import logging
+import os
 from importlib import resources
 from pathlib import Path
 
 from xnp.errors import ConfigError
 from xnp.estimator import NeuralProcess, load
 
-__all__ = ["available_pretrained", "pretrained"]
+__all__ = ["available_pretrained", "pretrained", "resolve_model"]
 
 DEFAULT = "gp-sphere"
+
+log = logging.getLogger(__name__)
 
 
 def _root() -> Path:
@@ -58,3 +62,34 @@ def pretrained(name: str = DEFAULT) -> NeuralProcess:
             f"no pretrained model {name!r}; this installation ships {list(names) or 'none'}."
         )
     return load(_root() / name)
+
+
+def resolve_model(spec: str | os.PathLike) -> NeuralProcess:
+    """The model ``spec`` names: a saved model directory or a pretrained model's name.
+
+    A directory written by :meth:`~xnp.NeuralProcess.save` (or a checkpoint
+    folder) is loaded; otherwise ``spec`` is looked up among the shipped
+    pretrained models.  A path that exists wins over a pretrained model of the
+    same name; a leading ``~`` is expanded.
+
+    Raises
+    ------
+    ConfigError
+        If ``spec`` is neither an existing path nor a pretrained model's name.
+
+    Examples
+    --------
+    >>> resolve_model("gp-sphere").normalise
+    'context'
+    """
+    path = Path(spec).expanduser()
+    if path.exists():
+        return load(path)
+    names = available_pretrained()
+    if str(spec) in names:
+        log.info("using the pretrained %r model", str(spec))
+        return pretrained(str(spec))
+    raise ConfigError(
+        f"{spec} is neither a saved model directory nor a pretrained model "
+        f"(this installation ships {', '.join(names) or 'none'})."
+    )

@@ -44,7 +44,8 @@ from xnp.data.batch import Batch
 from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
 from xnp.estimator import NeuralProcess
-from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
+from xnp.geo.distance import latlon_to_xyz
+from xnp.infer import _great_circle_km, _xyz
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig, fit_step
 
@@ -115,14 +116,10 @@ def max_target_distance_km(sample, batches: int = 128) -> float:
         b = sample(jax.random.key(1_000_000 + i))
         for j in range(BATCH):
             m = np.asarray(b.context.mask[j])
-            tree = scipy.spatial.cKDTree(xyz_np(np.asarray(b.context.s[j])[m]))
-            chord, _ = tree.query(xyz_np(np.asarray(b.target.s[j])))
-            worst = max(worst, float((2 * EARTH_RADIUS_KM * np.arcsin(chord / 2)).max()))
+            tree = scipy.spatial.cKDTree(_xyz(np.asarray(b.context.s[j])[m]))
+            chord, _ = tree.query(_xyz(np.asarray(b.target.s[j])))
+            worst = max(worst, float(_great_circle_km(chord).max()))
     return math.ceil(worst / 100.0) * 100.0
-
-
-def xyz_np(s: np.ndarray) -> np.ndarray:
-    return np.asarray(latlon_to_xyz(s[:, 0], s[:, 1]), np.float64)
 
 
 def main() -> None:

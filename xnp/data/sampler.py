@@ -301,10 +301,6 @@ class TaskSampler:
         if self._allowed.size == 0:
             raise EmptyDataError(f"The {self.split} period holds no times.")
 
-    def _min_points(self) -> int:
-        """Fewest observations a frame needs to make a task."""
-        return self.task.min_points if isinstance(self.task, WindowTasks) else 2
-
     def _fit_normaliser(self) -> Normaliser:
         target = self._target
         view = target.view
@@ -360,7 +356,7 @@ class TaskSampler:
             i = int(rng.integers(lat.size))
             centre = (float(lat.flat[i]), float(lon.flat[i]))
             window = (centre, self.task.half_widths(centre[0]))
-        minimum = self._min_points()
+        minimum = self.task.min_points if isinstance(self.task, WindowTasks) else 2
         spec = self.inner_task
         if isinstance(spec, ForecastTasks):
             frames, target_frame = self._anchors[int(rng.integers(len(self._anchors)))]
