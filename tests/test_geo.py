@@ -12,6 +12,7 @@ from xnp.geo import (
     great_circle_distance,
     latlon_to_xyz,
     pairwise_central_angle,
+    pairwise_sq_central_angle,
     wrap_longitude,
 )
 
@@ -118,6 +119,43 @@ def test_pairwise_central_angle_tiny_and_antipodal(km):
     xb = latlon_to_xyz(jnp.zeros((1, 1)), jnp.full((1, 1), np.rad2deg(theta)))
     got = float(pairwise_central_angle(xa, xb)[0, 0, 0]) * EARTH_RADIUS_KM
     assert got == pytest.approx(min(km, math.pi * EARTH_RADIUS_KM), abs=2e-3 + 1e-6 * km)
+
+
+@given(lat, lon, lat, lon)
+def test_pairwise_sq_central_angle_matches_reference(a, b, c, d):
+    xa = latlon_to_xyz(jnp.array([[a]]), jnp.array([[b]]))
+    xb = latlon_to_xyz(jnp.array([[c]]), jnp.array([[d]]))
+    theta2 = float(pairwise_sq_central_angle(xa, xb)[0, 0, 0])
+    ref = haversine64(a, b, c, d) / EARTH_RADIUS_KM
+    assert theta2 == pytest.approx(ref * ref, rel=2e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "km", [0.001, 1.0, 1000.0, 9000.0, 10007.5, 10008.0, 11000.0, 20014.0, 20015.0]
+)
+def test_pairwise_sq_central_angle_every_separation(km):
+    """Tiny, around the 90° switch between the two chords, and antipodal."""
+    theta = km / EARTH_RADIUS_KM
+    xa = latlon_to_xyz(jnp.zeros((1, 1)), jnp.zeros((1, 1)))
+    xb = latlon_to_xyz(jnp.zeros((1, 1)), jnp.full((1, 1), np.rad2deg(theta)))
+    ref = min(theta, math.pi)
+    got = float(pairwise_sq_central_angle(xa, xb)[0, 0, 0])
+    assert math.sqrt(got) == pytest.approx(ref, rel=1e-6, abs=3e-10)
+    angle = float(pairwise_central_angle(xa, xb)[0, 0, 0])
+    assert angle == pytest.approx(ref, rel=1e-6, abs=3e-10)
+
+
+def test_pairwise_sq_central_angle_gradients_are_finite():
+    import jax
+
+    s = jnp.array([[[10.0, 20.0], [10.0, 20.0], [-10.0, -160.0], [0.0, 0.0]]])
+
+    def total(s):
+        xyz = latlon_to_xyz(s[..., 0], s[..., 1])
+        return jnp.sum(pairwise_sq_central_angle(xyz, xyz))
+
+    grad = jax.grad(total)(s)
+    assert bool(jnp.isfinite(grad).all())
 
 
 def test_pairwise_central_angle_gradients_are_finite():

@@ -119,10 +119,6 @@ _FIELDS = ("s", "t", "x", "f", "mask")
 _REGIONAL_CHUNK = 256
 
 
-def _pad_points(points: Points, n: int) -> Points:
-    return points.pad_to(n) if points.size < n else points
-
-
 def _bucket(n: int, minimum: int = 256) -> int:
     """Padded size for ``n`` points: few distinct sizes, little waste.
 
@@ -253,6 +249,34 @@ def _with_dummy(points: Points) -> dict[str, np.ndarray]:
     return {k: np.concatenate([a, np.zeros_like(a[:1])]) for k, a in fields.items()}
 
 
+def _host_fields(points: Points) -> dict[str, np.ndarray]:
+    """The fields of ``points`` as host (numpy) arrays ``[B, N, ...]``."""
+    return {k: np.asarray(getattr(points, k)) for k in _FIELDS}
+
+
+def _host_chunk(fields: dict[str, np.ndarray], start: int, stop: int, size: int) -> Points:
+    """Points ``start:stop`` padded to ``size`` with masked zeros, built on the host.
+
+    Slicing and padding in numpy costs no device dispatch per field (five eager
+    ``jnp`` slices and pads per chunk were 7 % of a 10,000-target prediction).
+    """
+    out = {}
+    for name, a in fields.items():
+        part = a[:, start:stop]
+        if part.shape[1] < size:
+            pad = np.zeros((a.shape[0], size, *a.shape[2:]), a.dtype)
+            pad[:, : part.shape[1]] = part
+            part = pad
+        out[name] = part
+    return Points(**out)
+
+
+def _copy_back(mean: np.ndarray, std: np.ndarray, start: int, stop: int, m: Any, s: Any) -> None:
+    """Write a chunk's outputs ``[B, size, Dy]`` (padding dropped) to ``start:stop``."""
+    mean[:, start:stop] = np.asarray(m)[:, : stop - start]
+    std[:, start:stop] = np.asarray(s)[:, : stop - start]
+
+
 def _xyz(s: np.ndarray) -> np.ndarray:
     lat, lon = np.deg2rad(s[..., 0]), np.deg2rad(s[..., 1])
     return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
@@ -328,7 +352,10 @@ class Predictor:
         """Condition on ``context`` once; padded to a power-of-two size to limit compiles."""
         if not bool(np.any(np.asarray(context.mask))):
             raise EmptyDataError("the context holds no valid point; nothing to condition on.")
-        return self._condition(self.params, _pad_points(context, _bucket(context.size)))
+        fields = _host_fields(context)
+        return self._condition(
+            self.params, _host_chunk(fields, 0, context.size, _bucket(context.size))
+        )
 
     def _chunks(self, n: int) -> Iterator[tuple[int, int]]:
         for start in range(0, n, self.chunk_size):
@@ -340,15 +367,21 @@ class Predictor:
 
     def predict_state(self, state: Any, targets: Points) -> tuple[np.ndarray, np.ndarray]:
         """Predict ``targets`` in fixed-size chunks against a conditioned ``state``."""
-        means, stds = [], []
-        spans = list(self._chunks(targets.size))
+        fields = _host_fields(targets)
         size = self._padded_size(targets.size)
+        mean = np.zeros((*targets.mask.shape, fields["f"].shape[-1]), np.float32)
+        std = np.zeros_like(mean)
+        pending: list[tuple[int, int, Any, Any]] = []
+        spans = list(self._chunks(targets.size))
         for start, stop in tqdm(spans, desc="predicting", disable=not self.progress):
-            chunk = _pad_points(targets.slice(start, stop), size)
-            mean, std = self._predict(self.params, state, chunk)
-            means.append(np.asarray(mean[:, : stop - start]))
-            stds.append(np.asarray(std[:, : stop - start]))
-        return np.concatenate(means, axis=1), np.concatenate(stds, axis=1)
+            chunk = _host_chunk(fields, start, stop, size)
+            # dispatch is asynchronous: prepare the next chunk while this one runs
+            pending.append((start, stop, *self._predict(self.params, state, chunk)))
+            if len(pending) > 1:
+                _copy_back(mean, std, *pending.pop(0))
+        for item in pending:
+            _copy_back(mean, std, *item)
+        return mean, std
 
     def predict(
         self, context: Points, targets: Points, *, context_radius_km: float | str | None = None

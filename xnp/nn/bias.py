@@ -10,8 +10,8 @@ kept positive through a softplus.  ``d_s`` is the great-circle distance (km) for
 latitude/longitude, or the Euclidean distance for planar coordinates.  Each
 distance is divided by a length scale ``L`` (e.g. 1000 km, 24 h) before the basis
 functions, so the initial values are well conditioned whatever the data's units.
-On the sphere the central angle comes from the chord through a vectorised,
-float32-accurate arcsine (:func:`xnp.geo.pairwise_central_angle`).
+On the sphere the squared central angle comes from the chord through a vectorised,
+float32-accurate arcsine (:func:`xnp.geo.pairwise_sq_central_angle`).
 
 Distances are evaluated once per attention tile and shared by every head and basis
 function.  Point coordinates are converted once per forward pass
@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from xnp.errors import ConfigError
-from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_central_angle
+from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_sq_central_angle
 
 __all__ = ["RBFBias", "SpaceTimeBias", "pairwise_sq_distance"]
 
@@ -160,8 +160,7 @@ def pairwise_sq_distance(
     if metric == "great_circle":
 
         def fn(a: jax.Array, b: jax.Array) -> jax.Array:
-            d = pairwise_central_angle(a, b) * jnp.asarray(scale, a.dtype)
-            return d * d
+            return pairwise_sq_central_angle(a, b) * jnp.asarray(scale * scale, a.dtype)
 
         return _once_per_pair(fn, a, b)
     # the reduction over the coordinate axis already gives XLA a buffer of its own
