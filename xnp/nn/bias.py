@@ -16,7 +16,7 @@ float32-accurate arcsine (:func:`xnp.geo.pairwise_sq_central_angle`).
 Distances are evaluated once per attention tile and shared by every head and basis
 function.  Point coordinates are converted once per forward pass
 (:meth:`SpaceTimeBias.features`), so a tile only does a few multiply-adds per pair
-(plus a square root and a short polynomial on the sphere) before the exponentials.
+(plus one square root and a short polynomial on the sphere) before the exponentials.
 """
 
 from __future__ import annotations
