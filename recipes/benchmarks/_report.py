@@ -44,6 +44,18 @@ def matmul_gflops(n: int = 4096) -> float:
     return 2 * n**3 / best_time(lambda: mm(a), repeat=5) / 1e9
 
 
+def exp_rate(n: int = 1 << 22, terms: int = 8) -> float:
+    """Measure the float32 exponential rate (G exp/s) of XLA's fused element-wise loops.
+
+    ``terms`` exponentials of differently scaled copies of each element are summed,
+    the pattern of an RBF attention bias, so the loop is bound by the exponentials.
+    """
+    x = -10.0 * jax.random.uniform(jax.random.key(0), (n,), jnp.float32)
+    scales = jnp.linspace(0.5, 2.0, terms)
+    fn = jax.jit(lambda x: sum(jnp.exp(x * scales[k]) for k in range(terms)))
+    return terms * n / best_time(lambda: fn(x), repeat=5) / 1e9
+
+
 def machine() -> str:
     """One line describing the machine and software."""
     cpu = platform.processor() or platform.machine()
