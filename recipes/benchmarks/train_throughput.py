@@ -71,9 +71,19 @@ for b in batches[1:]:
 jax.block_until_ready(loss)
 per_step = (time.perf_counter() - t0) / steps
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# XLA's count of the step's arithmetic, on the same model with dense attention (no loops,
+# whose trip counts the cost analysis leaves out); compiled, never run
+dense = BSATNP(BSATNPConfig(spatial_bias="euclidean", spatial_scale=1.0, attention="dense"),
+               rngs=nnx.Rngs(0))
+g_dense, p_dense = nnx.split(dense)
+grad = jax.jit(jax.value_and_grad(
+    lambda p, b: nnx.merge(g_dense, p).loss(b.context, b.target, b.y)))
+cost = grad.lower(p_dense, batches[0]).compile().cost_analysis()
+cost = cost[0] if isinstance(cost, list) else cost
 print(json.dumps({"params": count_params(model), "compile_s": compile_s,
                   "step_s": per_step, "rss_mb": rss, "loss": float(loss),
-                  "version": "xnp", "jax": jax.__version__}))
+                  "version": "xnp", "jax": jax.__version__, "flops": cost["flops"],
+                  "transcendentals": cost["transcendentals"]}))
 """
 
 REFERENCE_WORKER = """
@@ -175,7 +185,9 @@ def main() -> None:
         results["dl4bi"] = f"not measured (no interpreter at {args.reference_python!r})"
     print(json.dumps(results, indent=2))
 
-    from _report import machine, write_section
+    from _report import exp_rate, machine, matmul_gflops, write_section
+
+    gflops, gexp = matmul_gflops(), exp_rate()
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -194,6 +206,24 @@ def main() -> None:
         summary = (
             f"\nxnp is **{ref['step_s'] / xnp['step_s']:.1f}× faster per step** and uses "
             f"{xnp['rss_mb'] / ref['rss_mb']:.2f}× the peak memory of the reference.\n"
+        )
+    if isinstance(xnp, dict) and "flops" in xnp:
+        least = xnp["flops"] / (gflops * 1e9) + xnp["transcendentals"] / (gexp * 1e9)
+        summary += (
+            f"\nThe least time the arithmetic allows: XLA's count of the step's operations "
+            f"(forward and backward of the same model with dense attention, compiled, not run), "
+            f"{xnp['flops'] / 1e9:.1f} GFLOP at the measured matmul rate ({gflops:.1f} GFLOP/s, "
+            f"optimistic for element-wise work) plus {xnp['transcendentals'] / 1e9:.2f} G "
+            f"exponentials at the measured rate of fused exponentials ({gexp:.2f} G/s): "
+            f"**{least:.2f} s** per step; xnp's step runs at {least / xnp['step_s']:.0%} of that "
+            f"rate"
+            + (
+                f", and no implementation on this machine could be more than "
+                f"{ref['step_s'] / least:.1f}× faster than the reference"
+                if isinstance(ref, dict)
+                else ""
+            )
+            + ".\n"
         )
     markdown = f"""
 ## Training throughput: paper-size BSA-TNP on the 2-D GP task
