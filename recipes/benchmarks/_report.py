@@ -56,6 +56,15 @@ def exp_rate(n: int = 1 << 22, terms: int = 8) -> float:
     return terms * n / best_time(lambda: fn(x), repeat=5) / 1e9
 
 
+def least_seconds(flops: float, transcendentals: float, gflops: float, gexp: float) -> float:
+    """Least time of ``flops`` and ``transcendentals`` at measured rates (GFLOP/s, G exp/s).
+
+    A floor, not an estimate: every operation is counted at the matmul rate, which
+    element-wise work does not reach, and exponentials at the fused-loop rate.
+    """
+    return flops / (gflops * 1e9) + transcendentals / (gexp * 1e9)
+
+
 def machine() -> str:
     """One line describing the machine and software."""
     cpu = platform.processor() or platform.machine()

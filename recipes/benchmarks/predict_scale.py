@@ -337,20 +337,20 @@ def worker_exact(data, opts) -> dict:
     rss = [peak_rss_mb()]
     chunk_s = []
     means = []
-    log = open(opts["progress"], "a") if opts.get("progress") else None  # noqa: SIM115
-    if log:
-        print(f"conditioned {n_ctx} points in {cond_s:.1f} s; {len(spans)} chunks", file=log)
+
+    def note(line: str) -> None:  # a line of the progress log, when there is one
+        if opts.get("progress"):
+            with open(opts["progress"], "a") as log:
+                print(line, file=log)
+
+    note(f"conditioned {n_ctx} points in {cond_s:.1f} s; {len(spans)} chunks")
     for i, (a, b) in enumerate(spans):
         t0 = time.perf_counter()
         m, _ = predictor.predict_state(state, tgt.slice(a, b))
         chunk_s.append(time.perf_counter() - t0)
         means.append(m[0, :, 0])
         rss.append(peak_rss_mb())
-        if log:
-            print(f"chunk {i + 1}/{len(spans)}: {chunk_s[-1]:.1f} s, peak RSS {rss[-1]:.0f} MB",
-                  file=log, flush=True)  # fmt: skip
-    if log:
-        log.close()
+        note(f"chunk {i + 1}/{len(spans)}: {chunk_s[-1]:.1f} s, peak RSS {rss[-1]:.0f} MB")
     per_chunk = float(np.mean(chunk_s))
     n_chunks_full = math.ceil(len(data["s_tgt"]) / chunk)
     cond_full = cond_s * (nc_full / nc_pad) ** 2
@@ -750,8 +750,11 @@ def floor_seconds(res: dict, rates: dict | None) -> float | None:
     floor = res.get("floor")
     if not (isinstance(floor, dict) and rates):
         return None
-    matmul = floor["flops"] / (rates["matmul_gflops"] * 1e9)
-    return matmul + floor["transcendentals"] / (rates["exp_g"] * 1e9)
+    from _report import least_seconds
+
+    return least_seconds(
+        floor["flops"], floor["transcendentals"], rates["matmul_gflops"], rates["exp_g"]
+    )
 
 
 def floor_text(results: dict, rates: dict | None) -> str:
@@ -976,8 +979,9 @@ def main() -> None:
     if "regional" in cache:
         got = cache["regional"]
         regional = got["runs"]
-        sections.append(regional_section(got["trial"], regional, got["choice"], cfg))
-        sections.append(reused(got, stamp))
+        sections.append(
+            regional_section(got["trial"], regional, got["choice"], cfg) + reused(got, stamp)
+        )
     if "exact" in cache:
         exact = cache["exact"]["result"]
         sections.append(exact_section(exact, cfg) + reused(cache["exact"], stamp))

@@ -185,7 +185,7 @@ def main() -> None:
         results["dl4bi"] = f"not measured (no interpreter at {args.reference_python!r})"
     print(json.dumps(results, indent=2))
 
-    from _report import exp_rate, machine, matmul_gflops, write_section
+    from _report import exp_rate, least_seconds, machine, matmul_gflops, write_section
 
     gflops, gexp = matmul_gflops(), exp_rate()
 
@@ -208,7 +208,7 @@ def main() -> None:
             f"{xnp['rss_mb'] / ref['rss_mb']:.2f}× the peak memory of the reference.\n"
         )
     if isinstance(xnp, dict) and "flops" in xnp:
-        least = xnp["flops"] / (gflops * 1e9) + xnp["transcendentals"] / (gexp * 1e9)
+        least = least_seconds(xnp["flops"], xnp["transcendentals"], gflops, gexp)
         summary += (
             f"\nThe least time the arithmetic allows: XLA's count of the step's operations "
             f"(forward and backward of the same model with dense attention, compiled, not run), "
