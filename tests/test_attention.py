@@ -1,3 +1,5 @@
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xnp.errors import ConfigError, ShapeError
-from xnp.nn.attention import _chunk_size, biased_scan_attention, dense_attention
+from xnp.nn.attention import (
+    _batch_tile,
+    _chunk_size,
+    biased_scan_attention,
+    dense_attention,
+)
 
 B, H, D = 2, 2, 8
 
@@ -89,6 +96,39 @@ def test_bsa_matches_dense_values_and_gradients(nq, nk, chunks, use_bias, use_ma
         np.testing.assert_allclose(g / scale, g_ref / scale, atol=2e-6, err_msg=name)
     if use_bias:
         assert float(jnp.abs(grads[3]).sum()) > 0  # the bias parameters really get gradient
+
+
+@pytest.mark.parametrize("b_chunk", [1, 2])
+def test_batch_tiles_match_dense(b_chunk):
+    # four batch elements in tiles of one or two: the batch loop of the forward and
+    # backward passes (the bias weights' gradient accumulates across batch tiles)
+    parts = [make_inputs(24, 20, seed=s) for s in (1, 2)]
+    q, k, v, qf, kf, mask = jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+    feats = {"q_feats": {"s": qf["s"]}, "k_feats": {"s": kf["s"]}, "k_mask": mask}
+
+    def loss(attn, q, k, v, a, sq, **extra):
+        feats["q_feats"] = {"s": sq}
+        out = attn(q, k, v, bias_fn=rbf_bias(a, B0), q_chunk=8, k_chunk=16, **feats, **extra)
+        return jnp.sum(jnp.sin(out) * out)
+
+    args = (q, k, v, A0, qf["s"])
+    grad = partial(jax.value_and_grad, argnums=range(5))
+    got = jax.jit(grad(lambda *x: loss(biased_scan_attention, *x, b_chunk=b_chunk)))(*args)
+    ref = grad(lambda *x: loss(dense_attention, *x))(*args)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
+    for g, g_ref in zip(got[1], ref[1], strict=True):
+        np.testing.assert_allclose(g, g_ref, atol=2e-6 * float(jnp.max(jnp.abs(g_ref))))
+    with pytest.raises(ConfigError, match="divisor of the batch size 4"):
+        biased_scan_attention(q, k, v, b_chunk=3)
+
+
+def test_default_batch_tile_keeps_scores_within_budget():
+    # 4 MiB of float32 scores: [b, 4, 512, 512] tiles hold one batch element, the
+    # backward's half-length key tiles two; small problems run the batch at once
+    assert _batch_tile(8, 4 * 512 * 512, None) == 1
+    assert _batch_tile(8, 4 * 512 * 256, None) == 2
+    assert _batch_tile(6, 4 * 512 * 128, None) == 3  # largest divisor within budget
+    assert _batch_tile(2, 2 * 16 * 16, None) == 2
 
 
 def test_fully_masked_queries_return_zeros_not_nan():

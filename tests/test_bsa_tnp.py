@@ -265,3 +265,16 @@ def test_g_training_beats_the_trivial_predictor():
         trivial.append(float(0.5 * jnp.log(2 * jnp.pi) + 0.5 * jnp.mean(y**2)))
     # zero-mean unit-variance prediction scores ≈ 1.42 nats; a trained NP far less
     assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)
+
+
+@pytest.mark.parametrize(("b", "nq", "dim"), [(1, 6, 2), (1, 5, 1), (3, 4, 3)])
+def test_pairwise_sq_distance_euclidean(b, nq, dim):
+    # batch of one: computed in two halves of the queries (odd counts at once);
+    # larger batches one element at a time
+    from xnp.nn.bias import pairwise_sq_distance
+
+    a = np.random.default_rng(0).normal(size=(b, nq, dim)).astype(np.float32)
+    c = np.random.default_rng(1).normal(size=(b, 7, dim)).astype(np.float32)
+    want = ((a[:, :, None] - c[:, None]) ** 2).sum(-1)
+    got = jax.jit(lambda a, c: pairwise_sq_distance("euclidean", a, c))(a, c)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -80,6 +80,22 @@ def _chunk_size(n: int, chunk: int) -> int:
     return min(chunk, -(-size // 8) * 8)  # multiple of 8 keeps vector lanes full
 
 
+#: Bytes of one float32 score tile ``[b_tile, H, q_tile, k_tile]`` the batch tile aims at.
+_TILE_BYTES = 4 << 20
+
+
+def _batch_tile(b: int, tile_elems: int, b_chunk: int | None) -> int:
+    """Batch elements per tile: ``b_chunk``, or the most whose scores fit ``_TILE_BYTES``."""
+    if b_chunk is not None:
+        if b_chunk <= 0 or b % b_chunk:
+            raise ConfigError(
+                f"b_chunk must be a positive divisor of the batch size {b}; got {b_chunk}."
+            )
+        return b_chunk
+    most = max(1, _TILE_BYTES // (4 * tile_elems))
+    return max(n for n in range(1, min(b, most) + 1) if b % n == 0)
+
+
 def _pad_points(x: jax.Array, n: int) -> jax.Array:
     """Zero-pad axis 1 (the point axis) of ``x`` to length ``n``."""
     extra = n - x.shape[1]
@@ -154,9 +170,40 @@ def _scores(q_i, k_j, mask_j, bias):
     return jnp.where(mask_j[:, None, None, :], s, _NEG_INF)
 
 
+def _batch_slice(tree: Any, n: jax.Array, size: int) -> Any:
+    """Batch tile ``n`` of length ``size`` (axis 0) of every leaf of ``tree``."""
+    return jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, n * size, size, axis=0), tree)
+
+
+def _batch_update(x: jax.Array, tile: jax.Array, n: jax.Array, size: int) -> jax.Array:
+    return jax.lax.dynamic_update_slice_in_dim(x, tile.astype(x.dtype), n * size, axis=0)
+
+
 def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
-    """Online-softmax forward; returns the output ``[B, Nq, H, Dv]`` and lse ``[B, H, Nq]``."""
-    qc, kc = tiles[:2]
+    """Online-softmax forward; returns the output ``[B, Nq, H, Dv]`` and lse ``[B, H, Nq]``.
+
+    Batch tiles of ``tiles[0]`` elements run one after another, so that a score tile
+    ``[b_tile, H, q_tile, k_tile]`` stays in the CPU's caches through the chain of
+    operations on it (writing it to memory and back costs more than the arithmetic).
+    """
+    bc = tiles[0]
+    if bc == q.shape[0]:
+        return _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
+
+    def b_step(carry, n):
+        out, lse = carry
+        data = _batch_slice((q, k, v, qf, kf, mask), n, bc)
+        out_n, lse_n = _forward_tiles(fns, tiles, *data, consts, bound)
+        return (_batch_update(out, out_n, n, bc), _batch_update(lse, lse_n, n, bc)), None
+
+    b, nq, h, _ = q.shape
+    init = (jnp.zeros((b, nq, h, v.shape[-1]), v.dtype), jnp.zeros((b, h, nq), jnp.float32))
+    return _loop(b_step, init, b // bc)
+
+
+def _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
+    """:func:`_forward` for one batch tile: loops over query and key tiles."""
+    qc, kc = tiles[1:3]
     fn = fns[0]
     b, nq, h, d = q.shape
     dv = v.shape[-1]
@@ -228,16 +275,62 @@ def _bsa_bwd(fns, tiles, res, d_out):
     (q, k, v, qf, kf, mask, consts, _), needed, out, lse = res
     if isinstance(d_out, SymbolicZero):
         d_out = jnp.zeros(d_out.shape, d_out.dtype)
-    qc, kc = tiles[0], tiles[2]
-    fn = fns[1]
-    b, nq, h, d = q.shape
-    scale = jnp.asarray(d**-0.5, q.dtype)
+    bc = tiles[3]
     # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
-    qf_split, kf_split, c_split = (
+    splits = tuple(
         _GradLeaves(tree, _flags(tree, need))
         for tree, need in ((qf, needed[3]), (kf, needed[4]), (consts, needed[6]))
     )
+    qf_split, kf_split, c_split = splits
+    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
+    data = (q, k, v, qf, kf, mask, d_out, lse, delta)
+    dc0 = zeros_f32(c_split.floats(consts))
+    if bc == q.shape[0]:
+        grads, dc = _backward_tiles(fns[1], tiles, splits, consts, data, dc0)
+    else:
+        # one batch tile at a time, as in the forward; the cotangents of q, k, v and
+        # the features are per batch element, those of the bias weights accumulate
+        def b_step(carry, n):
+            grads, dc = carry
+            grads_n, dc = _backward_tiles(
+                fns[1], tiles, splits, consts, _batch_slice(data, n, bc), dc
+            )
+            grads = jax.tree.map(lambda a, t: _batch_update(a, t, n, bc), grads, grads_n)
+            return (grads, dc), None
+
+        init = (
+            jnp.zeros(q.shape, q.dtype),
+            jnp.zeros(k.shape, jnp.float32),
+            jnp.zeros(v.shape, jnp.float32),
+            [jnp.zeros_like(a) for a in qf_split.floats(qf)],
+            zeros_f32(kf_split.floats(kf)),
+        )
+        grads, dc = _loop(b_step, (init, dc0), q.shape[0] // bc)
+    dq, dk, dv, dqf, dkf = grads
+    return (
+        dq,
+        dk.astype(k.dtype),
+        dv.astype(v.dtype),
+        qf_split.cotangent(qf, dqf),
+        kf_split.cotangent(kf, dkf),
+        None,
+        c_split.cotangent(consts, dc),
+        None,  # the output does not depend on the shift bound (softmax shift invariance)
+    )
+
+
+def _backward_tiles(fn, tiles, splits, consts, data, dc):
+    """FlashAttention-2 backward for one batch tile, recomputing each score tile.
+
+    Returns the cotangents ``(dq, dk, dv, dqf, dkf)`` of the tile's inputs and the
+    bias weights' cotangent ``dc`` with this tile's contribution added.
+    """
+    q, k, v, qf, kf, mask, d_out, lse, delta = data
+    qf_split, kf_split, c_split = splits
+    qc, kc = tiles[1], tiles[4]
+    b, nq, h, d = q.shape
+    scale = jnp.asarray(d**-0.5, q.dtype)
     zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def bias_and_vjp(qf_i, kf_j):
@@ -301,19 +394,10 @@ def _bsa_bwd(fns, tiles, res, d_out):
         jnp.zeros(v.shape, jnp.float32),
         [jnp.zeros_like(a) for a in qf_split.floats(qf)],
         zeros_f32(kf_split.floats(kf)),
-        zeros_f32(c_split.floats(consts)),
+        dc,
     )
     dq, dk, dv, dqf, dkf, dc = _loop(q_step, init, nq // qc)
-    return (
-        dq,
-        dk.astype(k.dtype),
-        dv.astype(v.dtype),
-        qf_split.cotangent(qf, dqf),
-        kf_split.cotangent(kf, dkf),
-        None,
-        c_split.cotangent(consts, dc),
-        None,  # the output does not depend on the shift bound (softmax shift invariance)
-    )
+    return (dq, dk, dv, dqf, dkf), dc
 
 
 def _flags(tree: Any, needed: Any) -> list[bool]:
@@ -326,26 +410,28 @@ def _flags(tree: Any, needed: Any) -> list[bool]:
 _bsa.defvjp(_bsa_fwd, _bsa_bwd, symbolic_zeros=True)
 
 
-def _convert_bias(bias_fn, qf, kf, lead, qc, kcs):
-    """Closure-convert ``bias_fn`` for tiles ``(qc, kc)`` for each ``kc`` in ``kcs``.
+def _convert_bias(bias_fn, qf, kf, h, qc, shapes):
+    """Closure-convert ``bias_fn`` for tiles ``(bc, qc, kc)`` for each ``(bc, kc)`` in ``shapes``.
 
     Returns the converted functions and the closed-over arrays they take as extra
     arguments (those receive gradients).  If the arrays differ between tile
     shapes, the second function is None and the caller uses the first shape only.
     """
     fns, consts = [], None
-    for kc in kcs:
+    for bc, kc in shapes:
         example = (
-            jax.tree.map(lambda a: a[:, :qc], qf),
-            jax.tree.map(lambda a, kc=kc: a[:, :kc], kf),
+            jax.tree.map(lambda a, bc=bc: a[:bc, :qc], qf),
+            jax.tree.map(lambda a, bc=bc, kc=kc: a[:bc, :kc], kf),
         )
         fn, found = jax.closure_convert(bias_fn, *example)
-        expected = (*lead, qc, kc)
+        expected = (bc, h, qc, kc)
         got = jax.eval_shape(fn, *example, *found).shape
         if tuple(got) != expected:
             raise ShapeError(
-                f"bias_fn must return [B, H, q_tile, k_tile] = {list(expected)} for the "
-                f"tiles it is given; it returned shape {tuple(got)}."
+                f"bias_fn must return [b_tile, H, q_tile, k_tile] = {list(expected)} for "
+                f"the tiles it is given; it returned shape {tuple(got)}.  (Tiles are "
+                "also taken along the batch axis: take the batch size from the features, "
+                "and close over no array with a batch axis.)"
             )
         if consts is None:
             consts = found
@@ -369,6 +455,7 @@ def biased_scan_attention(
     q_chunk: int = 512,
     k_chunk: int = 512,
     bias_bounds: tuple[jax.Array, jax.Array] | None = None,
+    b_chunk: int | None = None,
 ) -> jax.Array:
     """Memory-efficient multi-head attention with a bias computed tile by tile.
 
@@ -410,6 +497,13 @@ def biased_scan_attention(
         a pass of its own (≈2× less bias overhead on CPU).  Used only while
         ``upper - lower < 60`` for every head (beyond that the shift could
         underflow); otherwise the plain path runs.
+    b_chunk : int, optional
+        Batch elements per tile (a divisor of ``B``).  By default, as many as keep a
+        float32 score tile ``[b_chunk, H, q_tile, k_tile]`` within 4 MiB (at least
+        one), in the forward and, with its shorter key tiles, in the backward pass:
+        then a tile stays in the CPU's caches through the operations on it.  For
+        training batches on a CPU this makes attention ≈1.4× faster than tiles of
+        the whole batch, whose round trips to memory cost more than the arithmetic.
 
     Returns
     -------
@@ -437,25 +531,29 @@ def biased_scan_attention(
     kf_p = jax.tree.map(lambda a: _pad_points(a, nk_pad), k_feats)
 
     # The backward keeps p, dp and ds live per tile where the forward keeps s and p;
-    # it uses key tiles half as long so that its peak memory stays at the forward's.
+    # it uses key tiles half as long so that its peak memory stays at the forward's
+    # (and, by default, twice as many batch elements per tile).
     kc_bwd = kc // 2 if kc % 16 == 0 else kc
+    h = q.shape[2]
+    bc, bc_bwd = (_batch_tile(b, h * qc * n, b_chunk) for n in (kc, kc_bwd))
     if bias_fn is None:
         fns, consts = (None, None), []
     else:
-        fns, consts = _convert_bias(bias_fn, qf_p, kf_p, (b, q.shape[2]), qc, (kc, kc_bwd))
+        fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc_bwd, kc_bwd)))
         if fns[1] is None:
-            fns, kc_bwd = (fns[0], fns[0]), kc
+            fns, bc_bwd, kc_bwd = (fns[0], fns[0]), bc, kc
+    tiles = (bc, qc, kc, bc_bwd, kc_bwd)
     args = (q_p, k_p, v_p, qf_p, kf_p, mask_p, list(consts))
     if bias_fn is None or bias_bounds is None:
-        out = _bsa(fns, (qc, kc, kc_bwd), *args, None)
+        out = _bsa(fns, tiles, *args, None)
     else:
         lower, upper = (jax.lax.stop_gradient(jnp.asarray(x, jnp.float32)) for x in bias_bounds)
         if upper.shape != (q.shape[2],) or lower.shape != upper.shape:
             raise ShapeError(f"bias_bounds must be two arrays of shape [H] = [{q.shape[2]}].")
         out = jax.lax.cond(
             jnp.all(upper - lower < 60.0),
-            lambda: _bsa(fns, (qc, kc, kc_bwd), *args, upper),
-            lambda: _bsa(fns, (qc, kc, kc_bwd), *args, None),
+            lambda: _bsa(fns, tiles, *args, upper),
+            lambda: _bsa(fns, tiles, *args, None),
         )
     return out[:, :nq]
 
