@@ -13,7 +13,7 @@ implementation runs in its own fresh process, so peak memory (max RSS) is its ow
 
 Compile time (first step) and steps per second (after it) are reported separately.
 
-    python recipes/benchmarks/train_throughput.py [--steps 5] [--reference-python PATH]
+    python recipes/benchmarks/train_throughput.py [--steps 8] [--reference-python PATH]
                                                   [--no-write]
 
 Without a reference interpreter (default ``/work/bench-venv/bin/python``, made with
@@ -65,11 +65,13 @@ t0 = time.perf_counter()
 params, opt_state, loss = step(params, opt_state, batches[0], lr)
 jax.block_until_ready(loss)
 compile_s = time.perf_counter() - t0
-t0 = time.perf_counter()
+times = []
 for b in batches[1:]:
+    t0 = time.perf_counter()
     params, opt_state, loss = step(params, opt_state, b, lr)
-jax.block_until_ready(loss)
-per_step = (time.perf_counter() - t0) / steps
+    jax.block_until_ready(loss)
+    times.append(time.perf_counter() - t0)
+per_step, fastest = float(np.median(times)), min(times)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 # XLA's count of the step's arithmetic, on the same model with dense attention (no loops,
 # whose trip counts the cost analysis leaves out); compiled, never run
@@ -81,9 +83,9 @@ grad = jax.jit(jax.value_and_grad(
 cost = grad.lower(p_dense, batches[0]).compile().cost_analysis()
 cost = cost[0] if isinstance(cost, list) else cost
 print(json.dumps({"params": count_params(model), "compile_s": compile_s,
-                  "step_s": per_step, "rss_mb": rss, "loss": float(loss),
-                  "version": "xnp", "jax": jax.__version__, "flops": cost["flops"],
-                  "transcendentals": cost["transcendentals"]}))
+                  "step_s": per_step, "step_min_s": fastest, "rss_mb": rss,
+                  "loss": float(loss), "version": "xnp", "jax": jax.__version__,
+                  "flops": cost["flops"], "transcendentals": cost["transcendentals"]}))
 """
 
 REFERENCE_WORKER = """
@@ -138,14 +140,17 @@ t0 = time.perf_counter()
 params, opt_state, loss = step(params, opt_state, batches[0])
 jax.block_until_ready(loss)
 compile_s = time.perf_counter() - t0
-t0 = time.perf_counter()
+times = []
 for b in batches[1:]:
+    t0 = time.perf_counter()
     params, opt_state, loss = step(params, opt_state, b)
-jax.block_until_ready(loss)
-per_step = (time.perf_counter() - t0) / steps
+    jax.block_until_ready(loss)
+    times.append(time.perf_counter() - t0)
+per_step, fastest = float(np.median(times)), min(times)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from importlib.metadata import version
 print(json.dumps({"params": n_params, "compile_s": compile_s, "step_s": per_step,
+                  "step_min_s": fastest,
                   "rss_mb": rss, "loss": float(loss), "version": "dl4bi " + version("dl4bi"),
                   "jax": jax.__version__}))
 """
@@ -168,7 +173,7 @@ def run_worker(python: str, code: str, steps: int, timeout: float) -> dict | str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5, help="timed steps after compilation")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps after compilation")
     parser.add_argument("--reference-python", default=DEFAULT_REFERENCE,
                         help="interpreter with dl4bi installed ('' to skip)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker")
@@ -194,11 +199,12 @@ def main() -> None:
     rows = []
     for name, r in results.items():
         if isinstance(r, str):
-            rows.append(f"| {name} | {r} | | | | |")
+            rows.append(f"| {name} | {r} | | | | | |")
             continue
         rows.append(
             f"| {r['version']} (JAX {r['jax']}) | {r['params']:,} | {r['compile_s']:.1f} | "
-            f"{r['step_s']:.2f} | {1 / r['step_s']:.2f} | {r['rss_mb']:,.0f} |"
+            f"{r['step_s']:.2f} | {r['step_min_s']:.2f} | {1 / r['step_s']:.2f} | "
+            f"{r['rss_mb']:,.0f} |"
         )
     xnp, ref = results["xnp"], results["dl4bi"]
     summary = ""
@@ -231,12 +237,13 @@ def main() -> None:
 `recipes/benchmarks/train_throughput.py`: one training step (forward, backward, AdamW
 with clipping) of the paper-size BSA-TNP on batches of {BATCH} GP tasks with
 {N_CONTEXT} (padded) context and {N_TARGET} target points, each implementation in its
-own process; best of one run of {args.steps} steps after compilation.  Peak RSS is
+own process; median (and fastest) of {args.steps} steps timed one by one after
+compilation, the same rule for both.  Peak RSS is
 the whole process (data, parameters, compiled code).  Machine: {machine()}; load
 average at the end of the run {load} (other jobs sharing the cores slow both rows).
 
-| implementation | parameters | compile (s) | s / step | steps / s | peak RSS (MB) |
-|---|---|---|---|---|---|
+| implementation | parameters | compile (s) | s / step | fastest (s) | steps / s | peak RSS (MB) |
+|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 {summary}"""
     print(markdown)
