@@ -154,3 +154,17 @@ def test_compact_chunks_partition_the_points_into_small_caps():
     np.testing.assert_array_equal(np.sort(np.concatenate(narrow)), np.arange(5000))
     for c in narrow:
         assert len(c) <= 32 or _cap(xyz[c])[1] * 6371.0 <= 500.0
+
+
+def test_chunks_are_balanced_not_mostly_padding(model):
+    # 300 targets, at most 128 per chunk: three chunks of 100 padded to 128 rather
+    # than 128 + 128 + 44 padded to 128; 60 targets fit one chunk of 64
+    pred = Predictor(model, chunk_size=128)
+    assert pred._padded_size(300) == 128
+    assert pred._padded_size(60) == 64
+    big = Predictor(model, chunk_size=86_016)
+    assert big._padded_size(100_000) == 50_176  # two chunks, 0.4 % padding
+    assert big._padded_size(1_000_000) == 83_968  # twelve chunks, none short
+    ctx, tgt = sphere_points(0, 150), sphere_points(1, 300, values=False)
+    ref_mean, _ = jax.jit(lambda c, t: model(c, t))(ctx, tgt)
+    np.testing.assert_allclose(pred.predict(ctx, tgt)[0], ref_mean, atol=1e-5)
