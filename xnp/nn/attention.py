@@ -299,13 +299,7 @@ def _bsa_bwd(fns, tiles, res, d_out):
             grads = jax.tree.map(lambda a, t: _batch_update(a, t, n, bc), grads, grads_n)
             return (grads, dc), None
 
-        init = (
-            jnp.zeros(q.shape, q.dtype),
-            jnp.zeros(k.shape, jnp.float32),
-            jnp.zeros(v.shape, jnp.float32),
-            [jnp.zeros_like(a) for a in qf_split.floats(qf)],
-            zeros_f32(kf_split.floats(kf)),
-        )
+        init = _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf))
         grads, dc = _loop(b_step, (init, dc0), q.shape[0] // bc)
     dq, dk, dv, dqf, dkf = grads
     return (
@@ -317,6 +311,17 @@ def _bsa_bwd(fns, tiles, res, d_out):
         None,
         c_split.cotangent(consts, dc),
         None,  # the output does not depend on the shift bound (softmax shift invariance)
+    )
+
+
+def _zero_cotangents(q, k, v, qf_floats, kf_floats):
+    """Zero accumulators ``(dq, dk, dv, dqf, dkf)``; key-side sums are kept in float32."""
+    return (
+        jnp.zeros(q.shape, q.dtype),
+        jnp.zeros(k.shape, jnp.float32),
+        jnp.zeros(v.shape, jnp.float32),
+        [jnp.zeros_like(a) for a in qf_floats],
+        [jnp.zeros(a.shape, jnp.float32) for a in kf_floats],
     )
 
 
@@ -388,14 +393,7 @@ def _backward_tiles(fn, tiles, splits, consts, data, dc):
         dqf = [_update(a, t, i, qc) for a, t in zip(dqf, dqf_i, strict=True)]
         return (dq, dk, dv, dqf, dkf, dc), None
 
-    init = (
-        jnp.zeros(q.shape, q.dtype),
-        jnp.zeros(k.shape, jnp.float32),
-        jnp.zeros(v.shape, jnp.float32),
-        [jnp.zeros_like(a) for a in qf_split.floats(qf)],
-        zeros_f32(kf_split.floats(kf)),
-        dc,
-    )
+    init = (*_zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)), dc)
     dq, dk, dv, dqf, dkf, dc = _loop(q_step, init, nq // qc)
     return (dq, dk, dv, dqf, dkf), dc
 
