@@ -1,4 +1,5 @@
 from functools import partial
+from unittest.mock import patch
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xnp.errors import ConfigError, ShapeError
+from xnp.nn import attention
 from xnp.nn.attention import (
     _batch_tile,
     _chunk_size,
@@ -120,6 +122,24 @@ def test_batch_tiles_match_dense(b_chunk):
         np.testing.assert_allclose(g, g_ref, atol=2e-6 * float(jnp.max(jnp.abs(g_ref))))
     with pytest.raises(ConfigError, match="divisor of the batch size 4"):
         biased_scan_attention(q, k, v, b_chunk=3)
+
+
+def test_bias_closing_over_the_batch_runs_untiled_or_says_why():
+    # a bias with a weight per batch element cannot be cut into batch tiles: by default
+    # the batch runs in one tile (same numbers as dense); with b_chunk, a clear error
+    q, k, v, qf, kf, _ = make_inputs(16, 12)
+    w = jnp.array([[1.0, 0.5], [-2.0, 1.0]])[:, :, None, None]  # [B, H, 1, 1]
+
+    def bias_fn(qf, kf):
+        d2 = jnp.sum((qf["s"][:, :, None, :] - kf["s"][:, None, :, :]) ** 2, axis=-1)
+        return w * jnp.exp(-d2[:, None])
+
+    feats = {"bias_fn": bias_fn, "q_feats": {"s": qf["s"]}, "k_feats": {"s": kf["s"]}}
+    with patch.object(attention, "_TILE_BYTES", 1):  # default tiles of one element
+        out = biased_scan_attention(q, k, v, q_chunk=8, k_chunk=8, **feats)
+    np.testing.assert_allclose(out, dense_attention(q, k, v, **feats), atol=2e-6)
+    with pytest.raises(ShapeError, match="taken along the batch axis"):
+        biased_scan_attention(q, k, v, b_chunk=1, **feats)
 
 
 def test_default_batch_tile_keeps_scores_within_budget():

@@ -421,9 +421,16 @@ def _convert_bias(bias_fn, qf, kf, h, qc, shapes):
             jax.tree.map(lambda a, bc=bc: a[:bc, :qc], qf),
             jax.tree.map(lambda a, bc=bc, kc=kc: a[:bc, :kc], kf),
         )
-        fn, found = jax.closure_convert(bias_fn, *example)
         expected = (bc, h, qc, kc)
-        got = jax.eval_shape(fn, *example, *found).shape
+        try:
+            fn, found = jax.closure_convert(bias_fn, *example)
+            got = jax.eval_shape(fn, *example, *found).shape
+        except (TypeError, ValueError) as err:  # e.g. a closed-over array's batch axis
+            raise ShapeError(
+                f"bias_fn failed on tiles of {bc} batch elements, {qc} queries and {kc} "
+                f"keys: {err}  (Tiles are also taken along the batch axis: take the "
+                "batch size from the features, and close over no array with a batch axis.)"
+            ) from err
         if tuple(got) != expected:
             raise ShapeError(
                 f"bias_fn must return [b_tile, H, q_tile, k_tile] = {list(expected)} for "
@@ -502,6 +509,9 @@ def biased_scan_attention(
         then a tile stays in the CPU's caches through the operations on it.  For
         training batches on a CPU this makes attention ≈1.4× faster than tiles of
         the whole batch, whose round trips to memory cost more than the arithmetic.
+        ``bias_fn`` then sees tiles of ``b_chunk`` batch elements; one that cannot
+        (it closes over an array with a batch axis) runs on the whole batch by
+        default, and raises :class:`ShapeError` with an explicit ``b_chunk``.
 
     Returns
     -------
@@ -537,7 +547,15 @@ def biased_scan_attention(
     if bias_fn is None:
         fns, consts = (None, None), []
     else:
-        fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc_bwd, kc_bwd)))
+        try:
+            fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc_bwd, kc_bwd)))
+        except ShapeError:
+            if b_chunk is not None or bc == bc_bwd == b:
+                raise
+            # a bias_fn that needs the whole batch (closes over batch-shaped arrays)
+            # still works, without the batch tiles' speed
+            bc = bc_bwd = b
+            fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc, kc_bwd)))
         if fns[1] is None:
             fns, bc_bwd, kc_bwd = (fns[0], fns[0]), bc, kc
     tiles = (bc, qc, kc, bc_bwd, kc_bwd)
