@@ -179,6 +179,26 @@ def _batch_update(x: jax.Array, tile: jax.Array, n: jax.Array, size: int) -> jax
     return jax.lax.dynamic_update_slice_in_dim(x, tile.astype(x.dtype), n * size, axis=0)
 
 
+def _over_batch_tiles(step: Callable, data: Any, zeros: Callable, acc: Any, size: int):
+    """Run ``step(data_tile, acc) -> (outs, acc)`` over batch tiles of ``size`` elements.
+
+    ``outs`` (a pytree of arrays with the batch on axis 0) are written into their
+    place in ``zeros()``; ``acc`` carries from tile to tile.  With one tile,
+    ``step`` runs on ``data`` directly.
+    """
+    b = jax.tree.leaves(data)[0].shape[0]
+    if size == b:
+        return step(data, acc)
+
+    def b_step(carry, n):
+        outs, acc = carry
+        outs_n, acc = step(_batch_slice(data, n, size), acc)
+        outs = jax.tree.map(lambda a, t: _batch_update(a, t, n, size), outs, outs_n)
+        return (outs, acc), None
+
+    return _loop(b_step, (zeros(), acc), b // size)
+
+
 def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     """Online-softmax forward; returns the output ``[B, Nq, H, Dv]`` and lse ``[B, H, Nq]``.
 
@@ -186,19 +206,15 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     ``[b_tile, H, q_tile, k_tile]`` stays in the CPU's caches through the chain of
     operations on it (writing it to memory and back costs more than the arithmetic).
     """
-    bc = tiles[0]
-    if bc == q.shape[0]:
-        return _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
-
-    def b_step(carry, n):
-        out, lse = carry
-        data = _batch_slice((q, k, v, qf, kf, mask), n, bc)
-        out_n, lse_n = _forward_tiles(fns, tiles, *data, consts, bound)
-        return (_batch_update(out, out_n, n, bc), _batch_update(lse, lse_n, n, bc)), None
-
     b, nq, h, _ = q.shape
-    init = (jnp.zeros((b, nq, h, v.shape[-1]), v.dtype), jnp.zeros((b, h, nq), jnp.float32))
-    return _loop(b_step, init, b // bc)
+
+    def step(data, acc):
+        return _forward_tiles(fns, tiles, *data, consts, bound), acc
+
+    def zeros():
+        return jnp.zeros((b, nq, h, v.shape[-1]), v.dtype), jnp.zeros((b, h, nq), jnp.float32)
+
+    return _over_batch_tiles(step, (q, k, v, qf, kf, mask), zeros, None, tiles[0])[0]
 
 
 def _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
@@ -286,21 +302,15 @@ def _bsa_bwd(fns, tiles, res, d_out):
     zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
     data = (q, k, v, qf, kf, mask, d_out, lse, delta)
     dc0 = zeros_f32(c_split.floats(consts))
-    if bc == q.shape[0]:
-        grads, dc = _backward_tiles(fns[1], tiles, splits, consts, data, dc0)
-    else:
-        # one batch tile at a time, as in the forward; the cotangents of q, k, v and
-        # the features are per batch element, those of the bias weights accumulate
-        def b_step(carry, n):
-            grads, dc = carry
-            grads_n, dc = _backward_tiles(
-                fns[1], tiles, splits, consts, _batch_slice(data, n, bc), dc
-            )
-            grads = jax.tree.map(lambda a, t: _batch_update(a, t, n, bc), grads, grads_n)
-            return (grads, dc), None
-
-        init = _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf))
-        grads, dc = _loop(b_step, (init, dc0), q.shape[0] // bc)
+    # one batch tile at a time, as in the forward; the cotangents of q, k, v and the
+    # features are per batch element, those of the bias weights accumulate
+    grads, dc = _over_batch_tiles(
+        lambda data, dc: _backward_tiles(fns[1], tiles, splits, consts, data, dc),
+        data,
+        lambda: _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)),
+        dc0,
+        bc,
+    )
     dq, dk, dv, dqf, dkf = grads
     return (
         dq,
