@@ -133,6 +133,11 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "xnp" / "pretrained_models" / "gp-sphere"
     )
+    parser.add_argument(
+        "--restart-at", type=int, default=None,
+        help="start a second warm-up + cosine cycle at this step (a warm restart)",
+    )  # fmt: skip
+    parser.add_argument("--restart-lr", type=float, default=3e-4, help="its peak (3e-4)")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
