@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import grid_dataset, hourly_times
 
+import xnp
 from xnp.baselines import InverseDistanceWeighting
 from xnp.errors import ConfigError, DimensionError
 from xnp.evaluate import METRICS, evaluate
@@ -175,3 +176,27 @@ def test_cross_validation_needs_point_data():
         cross_validate(InverseDistanceWeighting().predict, grid, "t2m", BlockKFold(2.0))
     with pytest.raises(ConfigError, match="must return the Dataset"):
         cross_validate(lambda c, t: None, station_data(10), "t", LeaveOneOut())
+
+
+def test_cross_validate_passes_covariates_to_the_targets():
+    data = station_data(30, seed=5)
+    data["coast_km"] = ("station", np.linspace(0.0, 90.0, 30))  # a user covariate
+    model = xnp.fit(data, "t", model="bsa-tnp-tiny", covariates=["coast_km"], steps=2, validation=None,
+                    batch_size=2, progress=False)  # fmt: skip
+    cv = BlockKFold(spacing_deg=4.0, n_splits=3, seed=0)
+
+    def predictor(context, targets):
+        assert "t" not in targets.data_vars and "coast_km" in targets.data_vars
+        assert "coast_km" in context.data_vars
+        return xnp.predict(model, context, targets)
+
+    scores = cross_validate(predictor, data, "t", cv)
+    assert list(scores.data_vars) == [f"t_{m}" for m in METRICS]  # covariates are not scored
+    # xnp.predict reads a covariate data variable of the targets (and of the data when
+    # gap filling), and does not copy it into the prediction
+    filled = xnp.predict(model, data)
+    assert sorted(filled.data_vars) == ["t_mean", "t_std"] and filled.t_mean.dims == ("station",)
+    shifted = xnp.predict(model, data, data.drop_vars("t").assign(coast_km=data.coast_km + 50))
+    assert not np.allclose(shifted.t_mean, filled.t_mean)
+    assert int(scores.t_n.sel(fold="pooled")) == 30
+    assert np.isfinite(scores.t_rmse).all()

@@ -67,13 +67,19 @@ def _as_dataset(data: xr.Dataset | xr.DataArray, what: str) -> xr.Dataset:
     return data
 
 
-def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
-    """The target coordinates as a Dataset (data variables dropped).
+def _template(targets: Any, data: xr.Dataset, keep: Sequence[str] = ()) -> xr.Dataset:
+    """The target coordinates as a Dataset (data variables dropped but those in ``keep``).
 
-    A dict of coordinates makes a grid; scalar values are a grid of one point.
+    ``keep`` names the model's covariates: one given as a data variable (e.g. a
+    land fraction on the target grid) is read at the targets.  A dict of
+    coordinates makes a grid; scalar values are a grid of one point.
     """
+
+    def drop(ds: xr.Dataset) -> xr.Dataset:
+        return ds.drop_vars([v for v in ds.data_vars if v not in keep])
+
     if targets is None:
-        return data.drop_vars(list(data.data_vars))
+        return drop(data)
     if isinstance(targets, Mapping) and not isinstance(targets, xr.Dataset):
         coords = {
             k: np.atleast_1d(v) if isinstance(v, int | float | np.number) else v
@@ -83,7 +89,7 @@ def _template(targets: Any, data: xr.Dataset) -> xr.Dataset:
     tmpl = _as_dataset(targets, "targets")
     # keep the chunks of the first data variable, if any, for the lazy path
     chunks = next((v.chunksizes for v in tmpl.data_vars.values() if v.chunks), None)
-    tmpl = tmpl.drop_vars(list(tmpl.data_vars))
+    tmpl = drop(tmpl)
     return tmpl.assign_attrs(_xnp_chunks=dict(chunks)) if chunks else tmpl
 
 
@@ -488,7 +494,9 @@ def predict(
         A dask-chunked template gives a lazy result.  A dict of 1-D coordinates
         is a grid (scalars: a grid of one point).  A scalar time coordinate of the
         template is ignored (predictions carry the context's time); a time
-        dimension selects the times to predict.
+        dimension selects the times to predict.  Its data variables are ignored,
+        except the model's covariates (e.g. a land fraction on the target grid),
+        which are read at the targets.
     time : optional
         Time(s) to predict, selected from ``data`` with ``.sel``; default all.
         For a forecast model these are the initialisation times: the context is
@@ -533,7 +541,7 @@ def predict(
             f"the context has no variable {missing}; the model predicts {list(model.variables)} "
             f"and the data holds {list(data.data_vars)}."
         )
-    template = _template(targets, data)
+    template = _template(targets, data, tuple(getattr(model, "covariates", None) or ()))
     chunks = _check_chunks(chunks or template.attrs.pop("_xnp_chunks", {}), template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,

@@ -213,7 +213,9 @@ def _folds(
     predictor_fn: PredictFn, data: xr.Dataset, variables: list[str], cv: Any
 ) -> Iterator[tuple[np.ndarray, xr.Dataset]]:
     dim, _ = _point_dim(data, variables[0])
-    template = data.drop_vars(list(data.data_vars))
+    # the targets keep every other data variable (covariates such as elevation, which
+    # a model reads at the targets), never the values being predicted
+    template = data.drop_vars(variables)
     for train, test in cv.split(data):
         if len(test) == 0:
             continue
@@ -235,7 +237,7 @@ def _prepare(data: xr.Dataset | xr.DataArray, variable: str | Sequence[str] | No
         variables = [str(v) for v in data.data_vars]
     else:
         variables = resolve_variables(data, variable)
-    return data[variables], variables
+    return data, variables
 
 
 def cross_val_predict(
@@ -291,8 +293,9 @@ def cross_validate(
     predictor_fn : callable
         ``predictor_fn(context, targets) -> Dataset`` of ``{var}_mean``/``{var}_std``,
         e.g. ``lambda ctx, tgt: xnp.predict(model, ctx, tgt)`` or a baseline's
-        ``.predict``.  ``context`` is ``data`` at the training points, ``targets`` the
-        coordinates (no values) of the test points.
+        ``.predict``.  ``context`` is ``data`` at the training points, ``targets``
+        ``data`` at the test points without the scored variables (their coordinates
+        and any other data variables, e.g. covariates such as elevation).
     data : Dataset or DataArray
         Point data with one spatial dimension (e.g. ``station``) and lat/lon
         coordinates along it; optionally a time dimension.  Never modified.
