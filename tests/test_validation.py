@@ -181,12 +181,13 @@ def test_cross_validation_needs_point_data():
 def test_cross_validate_passes_covariates_to_the_targets():
     data = station_data(30, seed=5)
     data["coast_km"] = ("station", np.linspace(0.0, 90.0, 30))  # a user covariate
-    model = xnp.fit(data, "t", model="bsa-tnp-tiny", covariates=["coast_km"], steps=2, validation=None,
-                    batch_size=2, progress=False)  # fmt: skip
+    model = xnp.fit(data, "t", model="bsa-tnp-tiny", covariates=["coast_km"], steps=2,
+                    batch_size=2, validation=None, progress=False)  # fmt: skip
     cv = BlockKFold(spacing_deg=4.0, n_splits=3, seed=0)
 
     def predictor(context, targets):
-        assert "t" not in targets.data_vars and "coast_km" in targets.data_vars
+        assert "t" not in targets.data_vars
+        assert "coast_km" in targets.data_vars
         assert "coast_km" in context.data_vars
         return xnp.predict(model, context, targets)
 
@@ -195,7 +196,8 @@ def test_cross_validate_passes_covariates_to_the_targets():
     # xnp.predict reads a covariate data variable of the targets (and of the data when
     # gap filling), and does not copy it into the prediction
     filled = xnp.predict(model, data)
-    assert sorted(filled.data_vars) == ["t_mean", "t_std"] and filled.t_mean.dims == ("station",)
+    assert sorted(filled.data_vars) == ["t_mean", "t_std"]
+    assert filled.t_mean.dims == ("station",)
     shifted = xnp.predict(model, data, data.drop_vars("t").assign(coast_km=data.coast_km + 50))
     assert not np.allclose(shifted.t_mean, filled.t_mean)
     assert int(scores.t_n.sel(fold="pooled")) == 30
