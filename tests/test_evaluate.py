@@ -214,6 +214,25 @@ def test_float32_and_wrapped_longitudes_match_the_prediction():
     assert float(one.t2m_rmse) == float(evaluate(pred.isel(lat=2), exact.isel(lat=2)).t2m_rmse)
 
 
+def test_latitude_longitude_dims_match_by_role_not_name():
+    lat, lon = np.linspace(-60.0, 60.0, 7), np.arange(-180.0, 180.0, 22.5)
+    pred, exact = grid_pair(lat, lon, lat, lon)
+    reference = evaluate(pred, exact)
+    # ERA5-style names and 0…360 longitudes on the truth; a prediction on lat/lon
+    era5 = exact.assign_coords(lon=exact.lon % 360.0)
+    era5 = era5.sortby("lon").rename(lat="latitude", lon="longitude")
+    xr.testing.assert_identical(evaluate(pred, era5), reference)
+    # the other way round, recognised by CF attributes rather than names
+    cf = pred.rename(lat="y", lon="x")
+    cf.y.attrs["standard_name"], cf.x.attrs["units"] = "latitude", "degrees_east"
+    scores = evaluate(cf, exact)
+    assert int(scores.t2m_n) == 7 * 16
+    assert float(scores.t2m_rmse) == float(reference.t2m_rmse)
+    # a dimension that is not a latitude or longitude is not renamed
+    with pytest.raises(DimensionError, match="must match"):
+        evaluate(pred.rename(lat="row"), exact)
+
+
 def test_points_without_truth_warn_and_no_match_raises():
     lat, lon = np.linspace(-60.0, 60.0, 7), np.arange(-180.0, 180.0, 22.5)
     pred, truth = grid_pair(lat, lon, lat, lon)

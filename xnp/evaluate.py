@@ -23,6 +23,9 @@ draws its histogram and the reliability curve.
 The truth is looked up at the prediction's coordinates: floating-point
 coordinates match within float32 rounding, longitudes also across the 0…360 and
 −180…180 conventions, and other coordinates (station names, times) must be equal.
+Latitude and longitude dimensions are matched by what they hold (name, CF standard
+name or units), so a prediction on ``lat``/``lon`` scores against a truth on
+``latitude``/``longitude``.
 Predicted points without a truth are left out with an ``UnmatchedPointsWarning``;
 truth beyond the prediction is ignored.  A prediction whose ``{var}_mean`` has other
 ``units`` than the truth's ``{var}`` raises :class:`~xnp.errors.IncompatibleUnitsError`.
@@ -268,6 +271,33 @@ def _is_longitude(coord: xr.DataArray) -> bool:
     return units.startswith("degree") and units.endswith(("east", " e"))
 
 
+def _is_latitude(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds latitudes in degrees (by name, standard name or units)."""
+    if str(coord.name).lower() in _names.LAT_NAMES:
+        return True
+    if str(coord.attrs.get("standard_name", "")).lower() == "latitude":
+        return True
+    units = str(coord.attrs.get("units", "")).lower().replace("_", " ")
+    return units.startswith("degree") and units.endswith(("north", " n"))
+
+
+def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
+    """``y`` with its latitude/longitude dims renamed to the prediction's names.
+
+    A prediction on a grid given as ``{"lat": ..., "lon": ...}`` is then scored
+    against a truth whose dims are ``latitude``/``longitude`` (or the reverse).
+    Only a dimension coordinate recognised as latitude (longitude) on both sides,
+    one on each, is renamed.
+    """
+    renames = {}
+    for is_role in (_is_latitude, _is_longitude):
+        ours = [d for d in mu.dims if d not in y.dims and d in mu.coords and is_role(mu[d])]
+        theirs = [d for d in y.dims if d not in mu.dims and d in y.coords and is_role(y[d])]
+        if len(ours) == 1 and len(theirs) == 1 and ours[0] not in y.coords:
+            renames[theirs[0]] = ours[0]
+    return y.rename(renames) if renames else y
+
+
 def _is_float_pair(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two coordinate arrays are numeric and at least one is floating point."""
     kinds = {a.dtype.kind, b.dtype.kind}
@@ -376,6 +406,7 @@ def _pair(
     y = _match_scalar_coords(mu, y)
     mu = _match_scalar_coords(y, mu)
     sigma = _match_scalar_coords(y, sigma)
+    y = _same_dim_names(mu, y)
     if set(mu.dims) != set(y.dims) or set(sigma.dims) != set(mu.dims):
         raise DimensionError(
             f"{v!r}: the prediction has dims {mu.dims} and the truth {y.dims}; they must "
