@@ -222,3 +222,34 @@ def test_a_lazy_prediction_is_computed_once(gridded, tmp_path):
     with dask.config.set(scheduler=counting):
         render(plot_prediction(lazy, coastlines=False), tmp_path / "lazy.png")
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("convention", ["-180..180", "0..360"])
+def test_a_region_across_the_antimeridian_is_one_map(convention, tmp_path):
+    lon = np.arange(170.0, 195.0, 2.5)  # Fiji: 170°E to 165°W
+    lon = (lon + 180.0) % 360.0 - 180.0 if convention == "-180..180" else lon
+    grid = xr.Dataset(coords={"lat": np.linspace(-25.0, -10.0, 7), "lon": lon})
+    pred = fake_prediction(grid, np.datetime64("2020-01-01"))
+    context = xr.Dataset(
+        {"t2m": ("station", [290.0, 291.0, 292.0], {"units": "K"})},
+        coords={"lat": ("station", [-18.0, -17.0, -20.0]),
+                "lon": ("station", [178.4, -179.9, -175.2])},
+    )  # fmt: skip
+    fig = render(plot_prediction(pred, context=context, coastlines=False), tmp_path / "fiji.png")
+    for ax in [a for a in fig.axes if a.get_label() != "<colorbar>"]:
+        lo, hi = ax.get_xlim()
+        assert 160.0 < lo < 170.0
+        assert 192.5 < hi < 200.0
+    context_dots = fig.axes[0].collections[0].get_offsets()
+    np.testing.assert_allclose(context_dots[:, 0], [178.4, 180.1, 184.8])
+    mesh = fig.axes[2].collections[0]  # the mean panel (after context and its colorbar)
+    assert np.all(np.diff(mesh.get_coordinates()[0, :, 0]) > 0)
+    # stations across the antimeridian too; a region away from it keeps −180…180
+    fig = plot_stations(context, coastlines=False)
+    lo, hi = fig.axes[0].get_xlim()
+    assert 170.0 < lo < 178.4
+    assert 184.8 < hi < 190.0
+    west = context.assign_coords(lon=("station", [-10.0, -5.0, 1.0]))
+    lo, hi = plot_stations(west, coastlines=False).axes[0].get_xlim()
+    assert -12.0 < lo < -10.0
+    assert 1.0 < hi < 3.0

@@ -192,6 +192,31 @@ def _time_text(obj: xr.Dataset | xr.DataArray, name: str) -> str:
     return _format_time(obj[time].values)
 
 
+def _longitude_start(*lons: np.ndarray) -> float:
+    """Western edge of the 360° window in which the longitudes ``lons`` span the least.
+
+    -180 (the usual −180…180 frame) unless the points cross the antimeridian, e.g.
+    a region around Fiji; then the window starts east of the widest gap between the
+    points, so the map shows one region (with longitudes beyond 180°E) rather than
+    two slivers at both edges of a −180…180 axis.
+    """
+    lon = np.concatenate([np.ravel(x) for x in lons]) if lons else np.zeros(0)
+    lon = np.unique(np.mod(lon[np.isfinite(lon)], 360.0))
+    if lon.size < 2:
+        return -180.0
+    gaps = np.diff(np.append(lon, lon[0] + 360.0))
+    widest = int(np.argmax(gaps))
+    start = float(lon[(widest + 1) % lon.size])
+    span = 360.0 - gaps[widest]
+    usual = np.mod(lon + 180.0, 360.0) - 180.0
+    return -180.0 if usual.max() - usual.min() <= span + 1e-9 else start
+
+
+def _wrap(lon: np.ndarray, start: float) -> np.ndarray:
+    """Longitudes in degrees moved into ``[start, start + 360)``."""
+    return start + np.mod(np.asarray(lon, np.float64) - start, 360.0)
+
+
 class _Field:
     """One variable over space at one time: gridded (``mesh``) or scattered points."""
 
@@ -201,19 +226,28 @@ class _Field:
         if layout.kind == "grid":
             lat_dim, lon_dim = obj[layout.lat].dims[0], obj[layout.lon].dims[0]
             da = da.transpose(lat_dim, lon_dim)
-            lon = (np.asarray(obj[layout.lon].values, np.float64) + 180.0) % 360.0 - 180.0
-            order = np.argsort(lon, kind="stable")
-            self.lon, self.lat = lon[order], np.asarray(obj[layout.lat].values, np.float64)
-            self.values = np.asarray(da.values, np.float64)[:, order]
+            self.lon = np.asarray(obj[layout.lon].values, np.float64)
+            self.lat = np.asarray(obj[layout.lat].values, np.float64)
+            self.values = np.asarray(da.values, np.float64)
             self.mesh = min(self.values.shape) > 1
+            self.columns = self.mesh  # a 1-D longitude per column, kept increasing
             if not self.mesh:  # one row or column has no cell width: draw its points
                 lon2, lat2 = np.meshgrid(self.lon, self.lat)
                 self.lon, self.lat, self.values = lon2.ravel(), lat2.ravel(), self.values.ravel()
         else:
+            self.columns = False
             self.lat, self.lon = latlon(obj, layout)
             self.values = np.asarray(da.transpose(*layout.point_dims).values, np.float64)
             self.mesh = len(layout.point_dims) == 2
         self.attrs = dict(da.attrs)
+        self.wrap_to(-180.0)
+
+    def wrap_to(self, start: float) -> None:
+        """Express the longitudes in ``[start, start + 360)`` (see :func:`_longitude_start`)."""
+        self.lon = _wrap(self.lon, start)
+        if self.columns:
+            order = np.argsort(self.lon, kind="stable")
+            self.lon, self.values = self.lon[order], self.values[:, order]
 
     def draw(self, ax: Axes, *, size: float | None = None, **style: Any) -> Any:
         """Draw on ``ax`` (pcolormesh or scatter); return the artist, for a colorbar."""
@@ -247,10 +281,15 @@ def _finish_axes(ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any) ->
     lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
     pad_lon = max(0.03 * (lon1 - lon0), 0.5)
     pad_lat = max(0.03 * (lat1 - lat0), 0.5)
-    lon0, lon1 = max(lon0 - pad_lon, -180.0), min(lon1 + pad_lon, 180.0)
+    if lon0 >= -180.0 and lon1 <= 180.0:
+        lon0, lon1 = max(lon0 - pad_lon, -180.0), min(lon1 + pad_lon, 180.0)
+    else:  # a window across the antimeridian (see _longitude_start)
+        lon0, lon1 = lon0 - pad_lon, min(lon1 + pad_lon, lon0 - pad_lon + 360.0)
     lat0, lat1 = max(lat0 - pad_lat, -90.0), min(lat1 + pad_lat, 90.0)
     if projection is not None:
-        ax.set_extent([lon0, lon1, lat0, lat1], crs=projection)
+        # in the axes' own frame, centred on the data (across the antimeridian, too)
+        central = float(getattr(ax.projection, "proj4_params", {}).get("lon_0", 0.0))
+        ax.set_extent([lon0 - central, lon1 - central, lat0, lat1], crs=ax.projection)
         ax.coastlines(resolution="110m", linewidth=0.6)
         grid = ax.gridlines(draw_labels=True, linewidth=0.3, alpha=0.5)
         grid.top_labels = grid.right_labels = False
@@ -265,11 +304,14 @@ def _finish_axes(ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any) ->
 
 
 def _new_figure(
-    n_panels: int, projection: Any, figsize: tuple[float, float] | None
+    n_panels: int, projection: Any, figsize: tuple[float, float] | None, start: float = -180.0
 ) -> tuple[Figure, list[Axes]]:
+    """A figure of ``n_panels`` maps; with cartopy, centred on the window from ``start``."""
     figure = _figure_class()
     fig = figure(figsize=figsize or (4.6 * n_panels + 0.6, 4.0), layout="constrained")
-    kw = {"projection": projection} if projection is not None else {}
+    kw = {}
+    if projection is not None:  # the data stay in PlateCarree(); the axes are turned
+        kw["projection"] = type(projection)(central_longitude=start + 180.0)
     axes = [fig.add_subplot(1, n_panels, i + 1, **kw) for i in range(n_panels)]
     return fig, axes
 
@@ -361,9 +403,14 @@ def plot_prediction(
     points = None
     if context is not None:
         points = _context_points(context, variable, _scalar_time(pred, mean_name), time)
+    start = _longitude_start(mean.lon, *(() if points is None else (points[1],)))
+    mean.wrap_to(start)
+    std.wrap_to(start)
+    if points is not None:
+        points = (points[0], _wrap(points[1], start), points[2])
 
     projection = _map_projection(coastlines)
-    fig, axes = _new_figure(3 if points is not None else 2, projection, figsize)
+    fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, start)
     transform = {"transform": projection} if projection is not None else {}
     finite = [mean.values[np.isfinite(mean.values)]]
     if points is not None:
@@ -481,12 +528,14 @@ def plot_stations(
         else:
             data = _one_time(data, variable, time, "data")
     ps = to_points(data, variable)
+    start = _longitude_start(ps.lon)
+    lon = _wrap(ps.lon, start)
     projection = _map_projection(coastlines)
-    fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5))
+    fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), start)
     transform = {"transform": projection} if projection is not None else {}
-    artist = _scatter(ax, ps.lon, ps.lat, ps.f[:, 0], size=size, cmap=cmap, **transform)
+    artist = _scatter(ax, lon, ps.lat, ps.f[:, 0], size=size, cmap=cmap, **transform)
     fig.colorbar(artist, ax=ax, label=_label(data[variable].attrs, variable), shrink=0.85)
-    _finish_axes(ax, ps.lon, ps.lat, projection)
+    _finish_axes(ax, lon, ps.lat, projection)
     when = _time_text(data, variable)
     title = f"{variable}: {len(ps)} stations{note}"
     ax.set_title(f"{title} at {when}" if when else title)
