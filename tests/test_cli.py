@@ -251,6 +251,18 @@ def test_format_table_and_chunks():
     assert parse_chunks("lat=8") == {"lat": 8}
 
 
+def test_validation_option_takes_a_fraction_or_dates(capsys):
+    from xnp.cli import _validation
+
+    assert _validation("0.2") == 0.2
+    assert _validation("2019-03-17/2019-03-18") == slice("2019-03-17", "2019-03-18")
+    assert _validation("2019-03-17/") == slice("2019-03-17", None)
+    assert _validation("2019-03-20") == "2019-03-20"
+    for bad in ("1.5", "a/b/c", "/"):
+        assert main(["fit", "data.nc", "t2m", "--validation", bad]) == 2
+        assert "argument --validation: expected a" in capsys.readouterr().err
+
+
 def test_fit_and_predict_with_a_context_source(capsys, files, tmp_path):
     data = xr.open_dataset(files / "data.nc")
     sites = {"lat": xr.DataArray([1, 2, 4], dims="station"),

@@ -171,7 +171,10 @@ def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
         ({"tasks": "spatial"}, ConfigError, "tasks must be a task specification"),
         ({"seed": -1}, ConfigError, "seed must be a non-negative integer"),
         ({"seed": "0"}, ConfigError, "seed must be a non-negative integer"),
-        ({"validation": "last"}, ConfigError, "validation must be a fraction"),
+        ({"validation": "last"}, ConfigError, "does not select times of the data"),
+        ({"validation": slice("1990", "1991")}, ConfigError, "selects 0 of the 40 times"),
+        ({"validation": slice(None, None)}, ConfigError, "must leave some for training"),
+        ({"validation": {"time": 3}}, ConfigError, "validation must be a fraction"),
         ({"covariates": "orography"}, VariableNotFoundError, "Covariate 'orography'"),
     ],
 )
@@ -190,6 +193,23 @@ def test_validation_data_sharing_training_frames_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         train.np.fit("field", validation=held_out, **args)
+
+
+def test_validation_times_are_held_out_of_training():
+    ds = gp_data()
+    times = ds.time.values[28:36]
+    config = TrainConfig(log_every=2, validate_every=2, validation_batches=1)
+    args = {"model": "bsa-tnp-tiny", "steps": 4, "progress": False, "seed": 3, "config": config}
+    by_times = ds.np.fit("field", validation=slice(times[0], times[-1]), **args)
+    by_hand = ds.drop_sel(time=times).np.fit("field", validation=ds.sel(time=times), **args)
+    for a, b in zip(leaves(by_times), leaves(by_hand), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert by_times.training["validation"] == "times"
+    np.testing.assert_array_equal(by_times.history_.val_nll, by_hand.history_.val_nll)
+    assert np.isfinite(by_times.history_.val_nll).all()
+    # a list of times selects the same
+    listed = ds.np.fit("field", validation=list(times), **args)
+    np.testing.assert_array_equal(leaves(listed)[0], leaves(by_times)[0])
 
 
 def test_train_config_validation():

@@ -329,6 +329,36 @@ def _warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> N
         )
 
 
+def _hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Dataset, xr.Dataset]:
+    """``(training, validation)``: the times ``when`` of ``data`` held out from the rest.
+
+    ``when`` is what ``data.sel(time=...)`` takes: a slice of dates, a date string
+    (e.g. ``"2019-03"``: that month) or a list of times.
+    """
+    dim = layout.time_dim
+    if dim is None or dim not in data.indexes:
+        raise ConfigError(
+            f"validation={when!r} selects times, but the data has no indexed time dimension "
+            "to select them from; give validation a Dataset to validate on, or None."
+        )
+    try:
+        val = data.sel({dim: when})
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(
+            f"validation={when!r} does not select times of the data ({dim} runs from "
+            f"{data[dim].values[0]} to {data[dim].values[-1]}): {err}"
+        ) from err
+    if dim not in val.dims:  # one time selected by an exact value
+        val = val.expand_dims(dim)
+    n = val.sizes[dim]
+    if n == 0 or n == data.sizes[dim]:
+        raise ConfigError(
+            f"validation={when!r} selects {n} of the {data.sizes[dim]} times of the data; "
+            "it must leave some for training and hold out at least one."
+        )
+    return data.drop_sel({dim: val[dim].values}), val
+
+
 def _is_real(x: Any) -> bool:
     """Whether ``x`` is a real number (not a string, array or bool)."""
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
@@ -396,11 +426,13 @@ def fit(
         Tasks per step (split over the devices).
     learning_rate : float
         Peak learning rate of the warm-up + cosine schedule (AdamW).
-    validation : float, Dataset or None
+    validation : float, times, Dataset or None
         Fraction of the time axis held out at its end for validation (data with
-        time), a separate dataset to validate on (used as it is: to hold out times
-        of ``data``, drop them from ``data`` too; a warning says when they are
-        shared), or None for no validation.  With
+        time); times of ``data`` to hold out (anything ``data.sel(time=...)``
+        takes: ``slice("2019-03-17", "2019-03-18")``, ``"2019-03"``, a list of
+        times), which are then left out of training; a separate dataset to validate
+        on (used as it is: to hold out times of ``data``, drop them from ``data``
+        too; a warning says when they are shared); or None for no validation.  With
         validation, the returned model has the parameters of the best validation NLL.
     seed : int
         Seed of the parameter initialisation and of the task stream: the same
@@ -484,10 +516,14 @@ def fit(
     if isinstance(validation, xr.Dataset):
         val_data = validation
         _warn_shared_times(data, val_data, layout)
+    elif isinstance(validation, str | slice | list | tuple | np.ndarray | np.datetime64):
+        data, val_data = _hold_out_times(data, validation, layout)
     elif validation is not None:
         if not _is_real(validation) or not 0.0 < float(validation) < 1.0:
             raise ConfigError(
-                f"validation must be a fraction in (0, 1), a Dataset or None; got {validation!r}."
+                f"validation must be a fraction in (0, 1), times to hold out (a slice of "
+                f"dates, a date string or a list of times), a Dataset or None; got "
+                f"{validation!r}."
             )
         if layout.time_dim is None:
             warnings.warn(
@@ -534,7 +570,8 @@ def fit(
         "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
         "task": task_to_dict(task), "steps": int(steps), "batch_size": int(batch_size),
         "learning_rate": float(learning_rate), "seed": int(seed),
-        "validation": "dataset" if val_data is not None else fraction,
+        "validation": fraction if val_data is None else (
+            "dataset" if isinstance(validation, xr.Dataset) else "times"),
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
         "context_size": nc, "target_size": nt, "sources": sources,
     }  # fmt: skip

@@ -111,6 +111,22 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _validation(text: str) -> float | str | slice:
+    """``--validation``: a fraction, ``START/END`` dates, or one date (a prefix, e.g. a day)."""
+    try:
+        float(text)
+    except ValueError:
+        if text.count("/") > 1 or not text.strip(" /"):
+            raise argparse.ArgumentTypeError(
+                f"expected a fraction, a date or START/END dates, got {text!r}"
+            ) from None
+        if "/" in text:
+            start, end = (part.strip() or None for part in text.split("/"))
+            return slice(start, end)
+        return text.strip()
+    return _fraction(text)
+
+
 def _names(text: str) -> list[str]:
     """``"a,b"`` → ``["a", "b"]``."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -477,7 +493,7 @@ def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     data = files.enter_context(open_data(args.data))
     variables = args.variable
     _check_variables(data, variables, "data")
-    validation: float | None = args.validation or None
+    validation: float | str | slice | None = args.validation or None
     if validation is not None and _time_dim(data, variables[0]) is None:
         log.info("the data has no time axis: training without validation")
         validation = None
@@ -939,11 +955,13 @@ def _add_fit(subs: Any) -> None:
     )
     p.add_argument(
         "--validation",
-        type=_fraction,
+        type=_validation,
         default=0.1,
-        metavar="FRACTION",
-        help="fraction of the time axis held out at its end for validation; 0: "
-        "none (default: %(default)s; none when the data has no time axis)",
+        metavar="FRACTION|DATES",
+        help="held out for validation: a fraction of the time axis at its end, or "
+        "times, as START/END dates (2019-03-17/2019-03-18, either end may be left "
+        "open) or one date prefix (2019-03-20: that day); 0: none (default: "
+        "%(default)s; none when the data has no time axis)",
     )
     p.add_argument(
         "--seed",
