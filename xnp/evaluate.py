@@ -261,24 +261,25 @@ def _match_scalar_coords(a: xr.DataArray, b: xr.DataArray) -> xr.DataArray:
     return b
 
 
-def _is_longitude(coord: xr.DataArray) -> bool:
-    """Whether ``coord`` holds longitudes in degrees (by name, standard name or units)."""
-    if str(coord.name).lower() in _names.LON_NAMES:
+def _holds(coord: xr.DataArray, standard_name: str, names: Sequence[str],
+           unit_ends: tuple[str, ...]) -> bool:  # fmt: skip
+    """Whether ``coord`` is a ``standard_name`` coordinate: by name, CF attribute or units."""
+    if str(coord.name).lower() in names:
         return True
-    if str(coord.attrs.get("standard_name", "")).lower() == "longitude":
+    if str(coord.attrs.get("standard_name", "")).lower() == standard_name:
         return True
     units = str(coord.attrs.get("units", "")).lower().replace("_", " ")
-    return units.startswith("degree") and units.endswith(("east", " e"))
+    return units.startswith("degree") and units.endswith(unit_ends)
+
+
+def _is_longitude(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds longitudes in degrees (by name, standard name or units)."""
+    return _holds(coord, "longitude", _names.LON_NAMES, ("east", " e"))
 
 
 def _is_latitude(coord: xr.DataArray) -> bool:
     """Whether ``coord`` holds latitudes in degrees (by name, standard name or units)."""
-    if str(coord.name).lower() in _names.LAT_NAMES:
-        return True
-    if str(coord.attrs.get("standard_name", "")).lower() == "latitude":
-        return True
-    units = str(coord.attrs.get("units", "")).lower().replace("_", " ")
-    return units.startswith("degree") and units.endswith(("north", " n"))
+    return _holds(coord, "latitude", _names.LAT_NAMES, ("north", " n"))
 
 
 def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:

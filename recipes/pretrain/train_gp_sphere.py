@@ -19,7 +19,7 @@ reach.  The script keeps the best validation parameters, writes checkpoints
     python recipes/pretrain/train_gp_sphere.py [--steps 6000] [--out DIR] [--resume]
 
 The shipped weights: ``--steps 16000`` (one warm-up + cosine cycle peaking at 1e-3),
-then ``--resume --steps 30000 --restart-at 16000 --restart-lr 3e-4`` (a second,
+then ``--resume --steps 26000 --restart-at 16000 --restart-lr 3e-4`` (a second,
 shorter cycle from the first one's end point, a warm restart).
 """
 
