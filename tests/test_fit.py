@@ -11,6 +11,7 @@ import warnings
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -210,6 +211,9 @@ def test_validation_times_are_held_out_of_training():
     # a list of times selects the same
     listed = ds.np.fit("field", validation=list(times), **args)
     np.testing.assert_array_equal(leaves(listed)[0], leaves(by_times)[0])
+    one = pd.Timestamp(times[-1]).to_pydatetime()  # a datetime holds out one frame
+    spatial = ds.np.fit("field", validation=one, tasks=SpatialTasks(), **args | {"steps": 1})
+    assert spatial.training["data"]["sizes"]["time"] == ds.sizes["time"] - 1
 
 
 def test_train_config_validation():

@@ -9,6 +9,7 @@ The accessor (``ds.np.fit``) is a thin wrapper around :func:`fit`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -329,6 +330,10 @@ def _warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> N
         )
 
 
+#: What ``validation=`` takes as times to hold out (anything ``ds.sel(time=...)`` takes).
+_TIME_SELECTIONS = (str, slice, list, tuple, np.ndarray, np.datetime64, datetime.date)
+
+
 def _hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Dataset, xr.Dataset]:
     """``(training, validation)``: the times ``when`` of ``data`` held out from the rest.
 
@@ -516,7 +521,7 @@ def fit(
     if isinstance(validation, xr.Dataset):
         val_data = validation
         _warn_shared_times(data, val_data, layout)
-    elif isinstance(validation, str | slice | list | tuple | np.ndarray | np.datetime64):
+    elif isinstance(validation, _TIME_SELECTIONS):
         data, val_data = _hold_out_times(data, validation, layout)
     elif validation is not None:
         if not _is_real(validation) or not 0.0 < float(validation) < 1.0:
