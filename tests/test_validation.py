@@ -186,13 +186,30 @@ def test_cross_validate_passes_covariates_to_the_targets():
     cv = BlockKFold(spacing_deg=4.0, n_splits=3, seed=0)
 
     def predictor(context, targets):
-        assert "t" not in targets.data_vars
-        assert "coast_km" in targets.data_vars
-        assert "coast_km" in context.data_vars
+        assert not targets.data_vars
+        assert list(context.data_vars) == ["t"]
+        assert "coast_km" in targets.coords
+        assert "coast_km" in context.coords
         return xnp.predict(model, context, targets)
 
     scores = cross_validate(predictor, data, "t", cv)
     assert list(scores.data_vars) == [f"t_{m}" for m in METRICS]  # covariates are not scored
+    # a baseline predicts only the scored variable, whatever else the data hold
+    other = data.assign(
+        rh=("station", np.linspace(40, 90, 30)), name=("station", data.station.values)
+    )
+    idw = cross_val_predict(InverseDistanceWeighting().predict, other, "t", cv)
+    assert sorted(idw.data_vars) == ["t_mean", "t_std"]
+    zero_shot = cross_val_predict(lambda c, t: xnp.predict("gp-sphere", c, t), other, "t", cv)
+    assert np.isfinite(zero_shot.t_mean).all()
+    assert (
+        float(
+            cross_validate(InverseDistanceWeighting().predict, other, "t", cv).t_n.sel(
+                fold="pooled"
+            )
+        )
+        == 30
+    )
     # xnp.predict reads a covariate data variable of the targets (and of the data when
     # gap filling), and does not copy it into the prediction
     filled = xnp.predict(model, data)

@@ -213,9 +213,7 @@ def _folds(
     predictor_fn: PredictFn, data: xr.Dataset, variables: list[str], cv: Any
 ) -> Iterator[tuple[np.ndarray, xr.Dataset]]:
     dim, _ = _point_dim(data, variables[0])
-    # the targets keep every other data variable (covariates such as elevation, which
-    # a model reads at the targets), never the values being predicted
-    template = data.drop_vars(variables)
+    template = data.drop_vars(variables)  # never the values being predicted
     for train, test in cv.split(data):
         if len(test) == 0:
             continue
@@ -237,7 +235,12 @@ def _prepare(data: xr.Dataset | xr.DataArray, variable: str | Sequence[str] | No
         variables = [str(v) for v in data.data_vars]
     else:
         variables = resolve_variables(data, variable)
-    return data, variables
+    # Other data variables along the points (covariates such as elevation, which a
+    # model reads at the targets too) travel as coordinates: a predictor then sees
+    # only the scored variables as data, as it would predict every data variable.
+    dim, _ = _point_dim(data, variables[0])
+    extra = {v: data[v] for v in data.data_vars if v not in variables and dim in data[v].dims}
+    return data[variables].assign_coords(extra), variables
 
 
 def cross_val_predict(
@@ -294,8 +297,9 @@ def cross_validate(
         ``predictor_fn(context, targets) -> Dataset`` of ``{var}_mean``/``{var}_std``,
         e.g. ``lambda ctx, tgt: xnp.predict(model, ctx, tgt)`` or a baseline's
         ``.predict``.  ``context`` is ``data`` at the training points, ``targets``
-        ``data`` at the test points without the scored variables (their coordinates
-        and any other data variables, e.g. covariates such as elevation).
+        the coordinates of the test points (no values).  The other data variables
+        of ``data`` along the points (covariates such as elevation) come with both
+        as coordinates.
     data : Dataset or DataArray
         Point data with one spatial dimension (e.g. ``station``) and lat/lon
         coordinates along it; optionally a time dimension.  Never modified.
