@@ -222,6 +222,12 @@ def test_latitude_longitude_dims_match_by_role_not_name():
     era5 = exact.assign_coords(lon=exact.lon % 360.0)
     era5 = era5.sortby("lon").rename(lat="latitude", lon="longitude")
     xr.testing.assert_identical(evaluate(pred, era5), reference)
+    # one selected row (a scalar latitude) and a partial overlap, whose warning
+    # describes the truth's coordinate under the prediction's name
+    row = evaluate(pred.isel(lat=2), era5)
+    assert float(row.t2m_rmse) == float(evaluate(pred.isel(lat=2), exact).t2m_rmse)
+    with pytest.warns(UnmatchedPointsWarning, match=r"truth: 3 values, -60\.0 … -20\.0"):
+        evaluate(pred, era5.isel(latitude=slice(0, 3)))
     # the other way round, recognised by CF attributes rather than names
     cf = pred.rename(lat="y", lon="x")
     cf.y.attrs["standard_name"], cf.x.attrs["units"] = "latitude", "degrees_east"

@@ -292,7 +292,9 @@ def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     """
     renames = {}
     for is_role in (_is_latitude, _is_longitude):
-        ours = [d for d in mu.dims if d not in y.dims and d in mu.coords and is_role(mu[d])]
+        # the prediction's dimension or scalar (one selected row or point) coordinate
+        ours = [c for c in mu.coords if c not in y.dims and (c in mu.dims or mu[c].ndim == 0)
+                and is_role(mu[c])]  # fmt: skip
         theirs = [d for d in y.dims if d not in mu.dims and d in y.coords and is_role(y[d])]
         if len(ours) == 1 and len(theirs) == 1 and ours[0] not in y.coords:
             renames[theirs[0]] = ours[0]
@@ -403,11 +405,10 @@ def _pair(
     """
     mu, sigma, y = pred[f"{v}_mean"], pred[f"{v}_std"], truth[v]
     _check_units(mu, y, v)
-    y = _at_valid_times(mu, y)
+    y = _same_dim_names(mu, _at_valid_times(mu, y))
     y = _match_scalar_coords(mu, y)
     mu = _match_scalar_coords(y, mu)
     sigma = _match_scalar_coords(y, sigma)
-    y = _same_dim_names(mu, y)
     if set(mu.dims) != set(y.dims) or set(sigma.dims) != set(mu.dims):
         raise DimensionError(
             f"{v!r}: the prediction has dims {mu.dims} and the truth {y.dims}; they must "
@@ -438,13 +439,13 @@ def _pair(
         if matched.size == 0:
             raise CoordinateError(
                 f"{v!r}: no {d!r} coordinate value of the prediction is in the truth "
-                f"(pred: {_span(pred, d)}, truth: {_span(truth, d)}); check that the truth "
+                f"(pred: {_span(mu, d)}, truth: {_span(y, d)}); check that the truth "
                 f"covers the predicted {d}."
             )
         if matched.size < pos.size:
             missing.append(
                 f"{pos.size - matched.size} of the {pos.size} predicted {d} values have no "
-                f"match in the truth (pred: {_span(pred, d)}, truth: {_span(truth, d)})"
+                f"match in the truth (pred: {_span(mu, d)}, truth: {_span(y, d)})"
             )
         pick_pred[d], pick_truth[d] = _indexer(matched), _indexer(pos[matched])
         scored[d] = matched.size
@@ -471,7 +472,7 @@ def _indexer(positions: np.ndarray) -> slice | np.ndarray:
     return positions
 
 
-def _span(obj: xr.Dataset, d: Hashable) -> str:
+def _span(obj: xr.Dataset | xr.DataArray, d: Hashable) -> str:
     if d not in obj.coords or obj[d].size == 0:
         return f"{obj.sizes.get(d, 0)} values"
     values = obj[d].values
