@@ -249,6 +249,14 @@ def test_a_region_across_the_antimeridian_is_one_map(convention, tmp_path):
     lo, hi = fig.axes[0].get_xlim()
     assert 170.0 < lo < 178.4
     assert 184.8 < hi < 190.0
+    # points over more than half the globe keep the usual frame
+    spread = context.isel(station=[0, 1, 2, 0, 1, 2, 0])
+    spread = spread.assign_coords(
+        lon=("station", [-160.0, -100.0, -50.0, 0.0, 50.0, 100.0, 150.0])
+    )
+    lo, hi = plot_stations(spread, coastlines=False).axes[0].get_xlim()
+    assert -180.0 <= lo < -160.0
+    assert 150.0 < hi <= 180.0
     west = context.assign_coords(lon=("station", [-10.0, -5.0, 1.0]))
     lo, hi = plot_stations(west, coastlines=False).axes[0].get_xlim()
     assert -12.0 < lo < -10.0

@@ -193,12 +193,13 @@ def _time_text(obj: xr.Dataset | xr.DataArray, name: str) -> str:
 
 
 def _longitude_start(*lons: np.ndarray) -> float:
-    """Western edge of the 360° window in which the longitudes ``lons`` span the least.
+    """Western edge, in [−180, 180), of the 360° window in which to draw ``lons``.
 
-    -180 (the usual −180…180 frame) unless the points cross the antimeridian, e.g.
-    a region around Fiji; then the window starts east of the widest gap between the
-    points, so the map shows one region (with longitudes beyond 180°E) rather than
-    two slivers at both edges of a −180…180 axis.
+    −180 (the usual −180…180 frame) unless the points are a region that crosses
+    the antimeridian, e.g. around Fiji: then the window starts at the region's
+    western edge (east of the widest gap between the points), so the map shows one
+    region, with longitudes beyond 180°E, rather than two slivers at both edges of
+    a −180…180 axis.  Data spanning more than half the globe keep the usual frame.
     """
     lon = np.concatenate([np.ravel(x) for x in lons]) if lons else np.zeros(0)
     lon = np.unique(np.mod(lon[np.isfinite(lon)], 360.0))
@@ -206,10 +207,19 @@ def _longitude_start(*lons: np.ndarray) -> float:
         return -180.0
     gaps = np.diff(np.append(lon, lon[0] + 360.0))
     widest = int(np.argmax(gaps))
-    start = float(lon[(widest + 1) % lon.size])
     span = 360.0 - gaps[widest]
     usual = np.mod(lon + 180.0, 360.0) - 180.0
-    return -180.0 if usual.max() - usual.min() <= span + 1e-9 else start
+    if span >= 180.0 or usual.max() - usual.min() <= span + 1e-9:
+        return -180.0
+    return float(np.mod(lon[(widest + 1) % lon.size] + 180.0, 360.0) - 180.0)
+
+
+def _central_longitude(start: float, *lons: np.ndarray) -> float:
+    """Centre of the map for cartopy: 0 in the usual frame, else the data's middle."""
+    if start == -180.0:
+        return 0.0
+    lon = np.concatenate([np.ravel(x) for x in lons])
+    return 0.5 * float(np.nanmin(lon) + np.nanmax(lon))
 
 
 def _wrap(lon: np.ndarray, start: float) -> np.ndarray:
@@ -274,8 +284,13 @@ def _scatter(
                       edgecolors="k", linewidths=0.3, **style)  # fmt: skip
 
 
-def _finish_axes(ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any) -> None:
-    """Limits, labels and aspect of a map panel covering ``lon``/``lat``."""
+def _finish_axes(
+    ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any, central: float = 0.0
+) -> None:
+    """Limits, labels and aspect of a map panel covering ``lon``/``lat``.
+
+    ``central`` is the central longitude of cartopy axes (see :func:`_new_figure`).
+    """
     lon, lat = np.ravel(lon), np.ravel(lat)
     lon0, lon1 = float(np.nanmin(lon)), float(np.nanmax(lon))
     lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
@@ -288,7 +303,6 @@ def _finish_axes(ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any) ->
     lat0, lat1 = max(lat0 - pad_lat, -90.0), min(lat1 + pad_lat, 90.0)
     if projection is not None:
         # in the axes' own frame, centred on the data (across the antimeridian, too)
-        central = float(getattr(ax.projection, "proj4_params", {}).get("lon_0", 0.0))
         ax.set_extent([lon0 - central, lon1 - central, lat0, lat1], crs=ax.projection)
         ax.coastlines(resolution="110m", linewidth=0.6)
         grid = ax.gridlines(draw_labels=True, linewidth=0.3, alpha=0.5)
@@ -304,14 +318,14 @@ def _finish_axes(ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any) ->
 
 
 def _new_figure(
-    n_panels: int, projection: Any, figsize: tuple[float, float] | None, start: float = -180.0
+    n_panels: int, projection: Any, figsize: tuple[float, float] | None, central: float = 0.0
 ) -> tuple[Figure, list[Axes]]:
-    """A figure of ``n_panels`` maps; with cartopy, centred on the window from ``start``."""
+    """A figure of ``n_panels`` maps; cartopy axes are centred on longitude ``central``."""
     figure = _figure_class()
     fig = figure(figsize=figsize or (4.6 * n_panels + 0.6, 4.0), layout="constrained")
     kw = {}
     if projection is not None:  # the data stay in PlateCarree(); the axes are turned
-        kw["projection"] = type(projection)(central_longitude=start + 180.0)
+        kw["projection"] = type(projection)(central_longitude=central)
     axes = [fig.add_subplot(1, n_panels, i + 1, **kw) for i in range(n_panels)]
     return fig, axes
 
@@ -408,9 +422,10 @@ def plot_prediction(
     std.wrap_to(start)
     if points is not None:
         points = (points[0], _wrap(points[1], start), points[2])
+    central = _central_longitude(start, mean.lon, *(() if points is None else (points[1],)))
 
     projection = _map_projection(coastlines)
-    fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, start)
+    fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, central)
     transform = {"transform": projection} if projection is not None else {}
     finite = [mean.values[np.isfinite(mean.values)]]
     if points is not None:
@@ -444,7 +459,7 @@ def plot_prediction(
         ax_std.plot(points[1], points[0], "k.", markersize=2, alpha=0.6, **transform)
     lon_all, lat_all = np.concatenate(all_lon), np.concatenate(all_lat)
     for ax in axes:
-        _finish_axes(ax, lon_all, lat_all, projection)
+        _finish_axes(ax, lon_all, lat_all, projection, central)
     when = _time_text(pred, mean_name)
     fig.suptitle(f"{source} at {when}" if when else source)
     return fig
@@ -530,12 +545,13 @@ def plot_stations(
     ps = to_points(data, variable)
     start = _longitude_start(ps.lon)
     lon = _wrap(ps.lon, start)
+    central = _central_longitude(start, lon)
     projection = _map_projection(coastlines)
-    fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), start)
+    fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), central)
     transform = {"transform": projection} if projection is not None else {}
     artist = _scatter(ax, lon, ps.lat, ps.f[:, 0], size=size, cmap=cmap, **transform)
     fig.colorbar(artist, ax=ax, label=_label(data[variable].attrs, variable), shrink=0.85)
-    _finish_axes(ax, lon, ps.lat, projection)
+    _finish_axes(ax, lon, ps.lat, projection, central)
     when = _time_text(data, variable)
     title = f"{variable}: {len(ps)} stations{note}"
     ax.set_title(f"{title} at {when}" if when else title)
