@@ -258,6 +258,7 @@ def test_validation_option_takes_a_fraction_or_dates(capsys):
     assert _validation("2019-03-17/2019-03-18") == slice("2019-03-17", "2019-03-18")
     assert _validation("2019-03-17/") == slice("2019-03-17", None)
     assert _validation("2019-03-20") == "2019-03-20"
+    assert _validation("2019") == "2019"  # a year, not a fraction
     for bad in ("1.5", "a/b/c", "/"):
         assert main(["fit", "data.nc", "t2m", "--validation", bad]) == 2
         assert "argument --validation: expected a" in capsys.readouterr().err

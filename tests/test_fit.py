@@ -17,7 +17,7 @@ import xarray as xr
 
 import xnp
 from xnp.data import ForecastTasks, SpatialTasks
-from xnp.errors import ConfigError, VariableNotFoundError, XnpWarning
+from xnp.errors import ConfigError, EmptyDataError, VariableNotFoundError, XnpWarning
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig, data_mesh
 
@@ -172,7 +172,8 @@ def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
         ({"tasks": "spatial"}, ConfigError, "tasks must be a task specification"),
         ({"seed": -1}, ConfigError, "seed must be a non-negative integer"),
         ({"seed": "0"}, ConfigError, "seed must be a non-negative integer"),
-        ({"validation": "last"}, ConfigError, "does not select times of the data"),
+        ({"validation": "last"}, ConfigError, "'last' selects no time of the data"),
+        ({"validation": True}, ConfigError, "validation must be a fraction"),
         ({"validation": slice("1990", "1991")}, ConfigError, "selects 0 of the 40 times"),
         ({"validation": slice(None, None)}, ConfigError, "must leave some for training"),
         ({"validation": {"time": 3}}, ConfigError, "validation must be a fraction"),
@@ -209,8 +210,11 @@ def test_validation_times_are_held_out_of_training():
     np.testing.assert_array_equal(by_times.history_.val_nll, by_hand.history_.val_nll)
     assert np.isfinite(by_times.history_.val_nll).all()
     # a list of times selects the same
-    listed = ds.np.fit("field", validation=list(times), **args)
-    np.testing.assert_array_equal(leaves(listed)[0], leaves(by_times)[0])
+    for same in (list(times), ds.time[28:36], pd.DatetimeIndex(times)):
+        again = ds.np.fit("field", validation=same, **args)
+        np.testing.assert_array_equal(leaves(again)[0], leaves(by_times)[0])
+    with pytest.raises(EmptyDataError, match="validation data hold no complete task"):
+        ds.np.fit("field", validation=times[-1], **args)  # one frame: no forecast task
     one = pd.Timestamp(times[-1]).to_pydatetime()  # a datetime holds out one frame
     spatial = ds.np.fit("field", validation=one, tasks=SpatialTasks(), **args | {"steps": 1})
     assert spatial.training["data"]["sizes"]["time"] == ds.sizes["time"] - 1

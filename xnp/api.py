@@ -9,7 +9,6 @@ The accessor (``ds.np.fit``) is a thin wrapper around :func:`fit`.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
 import math
@@ -27,13 +26,25 @@ from flax import nnx
 
 from xnp import checkpoint as ckpt
 from xnp.data.batch import Batch, source_channels
-from xnp.data.coords import find_coords, latlon, resolve_variables, source_dataset
+from xnp.data.coords import (
+    _is_datetime,
+    find_coords,
+    latlon,
+    resolve_variables,
+    source_dataset,
+)
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
 from xnp.data.normalise import Normaliser
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import time_hours, validation_cut
-from xnp.errors import CheckpointError, ConfigError, VariableNotFoundError, XnpWarning
+from xnp.errors import (
+    CheckpointError,
+    ConfigError,
+    EmptyDataError,
+    VariableNotFoundError,
+    XnpWarning,
+)
 from xnp.estimator import (
     NeuralProcess,
     history_dataset,
@@ -330,10 +341,6 @@ def _warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> N
         )
 
 
-#: What ``validation=`` takes as times to hold out (anything ``ds.sel(time=...)`` takes).
-_TIME_SELECTIONS = (str, slice, list, tuple, np.ndarray, np.datetime64, datetime.date)
-
-
 def _hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Dataset, xr.Dataset]:
     """``(training, validation)``: the times ``when`` of ``data`` held out from the rest.
 
@@ -350,7 +357,9 @@ def _hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Datase
         val = data.sel({dim: when})
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(
-            f"validation={when!r} does not select times of the data ({dim} runs from "
+            "validation must be a fraction in (0, 1), times of the data to hold out (what "
+            f"ds.sel({dim}=...) takes: a slice of dates, a date string, a list of times), a "
+            f"Dataset or None; {when!r} selects no time of the data ({dim} runs from "
             f"{data[dim].values[0]} to {data[dim].values[-1]}): {err}"
         ) from err
     if dim not in val.dims:  # one time selected by an exact value
@@ -398,7 +407,7 @@ def fit(
     steps: int = 2_000,
     batch_size: int = 8,
     learning_rate: float = 5e-4,
-    validation: float | xr.Dataset | None = 0.1,
+    validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
     seed: int = 0,
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
@@ -516,19 +525,18 @@ def fit(
 
     val_data: xr.Dataset | None = None
     fraction = 0.0
-    if isinstance(validation, xr.DataArray):
-        validation = validation.to_dataset(name=variables[0])
+    if isinstance(validation, xr.DataArray) and not _is_datetime(validation.values):
+        validation = validation.to_dataset(name=variables[0])  # data, not times
     if isinstance(validation, xr.Dataset):
         val_data = validation
         _warn_shared_times(data, val_data, layout)
-    elif isinstance(validation, _TIME_SELECTIONS):
+    elif validation is not None and not _is_real(validation):  # times to hold out
         data, val_data = _hold_out_times(data, validation, layout)
     elif validation is not None:
-        if not _is_real(validation) or not 0.0 < float(validation) < 1.0:
+        if not 0.0 < float(validation) < 1.0:
             raise ConfigError(
-                f"validation must be a fraction in (0, 1), times to hold out (a slice of "
-                f"dates, a date string or a list of times), a Dataset or None; got "
-                f"{validation!r}."
+                f"validation must be a fraction in (0, 1), times of the data to hold out, a "
+                f"Dataset or None; got {validation!r}."
             )
         if layout.time_dim is None:
             warnings.warn(
@@ -554,16 +562,23 @@ def fit(
     n_sources = len(sources)
     val_batches = None
     if fraction or val_data is not None:
-        val_sampler = TaskSampler(
-            {MAIN_SOURCE: data if val_data is None else val_data, **extra}, variables, task,
-            covariates=covariates, target_source=MAIN_SOURCE, batch_size=batch_size,
-            seed=seed + 1, split="train" if val_data is not None else "validation",
-            validation_fraction=fraction, normaliser=sampler.normaliser,
-        )  # fmt: skip
-        val_batches = [
-            _fixed(val_sampler.batch(k), nc, nt, n_sources)
-            for k in range(config.validation_batches)
-        ]
+        try:
+            val_sampler = TaskSampler(
+                {MAIN_SOURCE: data if val_data is None else val_data, **extra}, variables,
+                task, covariates=covariates, target_source=MAIN_SOURCE,
+                batch_size=batch_size, seed=seed + 1,
+                split="train" if val_data is not None else "validation",
+                validation_fraction=fraction, normaliser=sampler.normaliser,
+            )  # fmt: skip
+            val_batches = [
+                _fixed(val_sampler.batch(k), nc, nt, n_sources)
+                for k in range(config.validation_batches)
+            ]
+        except EmptyDataError as err:
+            raise EmptyDataError(
+                f"The validation data hold no complete task of {type(_inner(task)).__name__}: "
+                f"{err}  Hold out a longer period or more points, or change validation=."
+            ) from err
 
     temporal = isinstance(_inner(task), ForecastTasks)
     dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)

@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -114,6 +115,8 @@ def _fraction(text: str) -> float:
 def _validation(text: str) -> float | str | slice:
     """``--validation``: a fraction, ``START/END`` dates, or one date (a prefix, e.g. a day)."""
     try:
+        if re.fullmatch(r"\s*\d{4}\s*", text):  # a year, not a fraction
+            raise ValueError(text)
         float(text)
     except ValueError:
         if text.count("/") > 1 or not text.strip(" /"):

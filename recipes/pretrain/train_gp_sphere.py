@@ -151,13 +151,13 @@ def main() -> None:
     train = TrainConfig()
     opt_state = train.init_optimizer(params)
     step_fn = fit_step(graphdef, train.clip_norm, train.weight_decay)
+    if args.restart_at is not None and not 0 < args.restart_at < args.steps - REWARM:
+        parser.error(f"--restart-at must lie between 0 and --steps minus {REWARM} (its warm-up)")
     first = args.steps if args.restart_at is None else args.restart_at
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, args.learning_rate, int(0.05 * first), first, args.learning_rate * 0.05
     )
     if args.restart_at is not None:
-        if not 0 < args.restart_at < args.steps:
-            parser.error("--restart-at must lie between 0 and --steps")
         second = optax.warmup_cosine_decay_schedule(
             0.0, args.restart_lr, REWARM, args.steps - args.restart_at, args.restart_lr * 0.05
         )
