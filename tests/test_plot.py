@@ -240,6 +240,9 @@ def test_a_region_across_the_antimeridian_is_one_map(convention, tmp_path):
         lo, hi = ax.get_xlim()
         assert 160.0 < lo < 170.0
         assert 192.5 < hi < 200.0
+    # tick labels in the usual −180…180 convention
+    labels = fig.axes[0].xaxis.get_major_formatter()
+    assert [labels(x, None) for x in (175.0, 180.0, 190.0)] == ["175", "-180", "-170"]
     context_dots = fig.axes[0].collections[0].get_offsets()
     np.testing.assert_allclose(context_dots[:, 0], [178.4, 180.1, 184.8])
     mesh = fig.axes[2].collections[0]  # the mean panel (after context and its colorbar)

@@ -312,6 +312,8 @@ def _finish_axes(
     ax.set_ylim(lat0, lat1)
     # degrees of longitude shrink with latitude: keep shapes right at mid-latitude
     ax.set_aspect(1.0 / max(np.cos(np.deg2rad(0.5 * (lat0 + lat1))), 0.2), adjustable="box")
+    if lon1 > 180.0:  # across the antimeridian: label 190 as -170, as east longitudes
+        ax.xaxis.set_major_formatter(lambda x, _: f"{(x + 180.0) % 360.0 - 180.0:g}")
     ax.set_xlabel("longitude (°E)")
     ax.set_ylabel("latitude (°N)")
     ax.grid(alpha=0.3, linewidth=0.5)
