@@ -1,5 +1,7 @@
 """Synthetic GP tasks for pretraining: regional fields on the sphere."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.errors import ConfigError
 from xnp.geo import great_circle_distance
+from xnp.geo.distance import latlon_to_xyz
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +76,30 @@ def test_fourier_tasks_sample_like_cholesky_tasks():
     assert np.isfinite(np.asarray(y)).all()
     with pytest.raises(ConfigError, match="method"):
         SphereFieldTasks(method="spectral")
+
+
+def test_trend_and_step_are_added_to_the_same_stationary_draw():
+    base = SphereFieldTasks(n_context=(60, 60), n_target=40, method="fourier", n_features=64)
+    key = jax.random.key(3)
+
+    def noiseless(tasks):  # the field at the targets, in its own units, and the targets
+        _, tgt, _, p = sample_sphere_fields(key, tasks, batch_size=4, return_params=True)
+        f = np.asarray(p["f_target"] * p["scale"][:, None] + p["mean"][:, None], np.float64)
+        return f, np.asarray(latlon_to_xyz(tgt.s[..., 0], tgt.s[..., 1]), np.float64), p
+
+    plain, xyz, p0 = noiseless(base)
+    trend, _, p1 = noiseless(dataclasses.replace(base, trend=2.0))
+    step, _, _ = noiseless(dataclasses.replace(base, step=1.0))
+    # same cap, kernel and lengthscale: the stationary draw is unchanged
+    np.testing.assert_array_equal(p0["lengthscale"], p1["lengthscale"])
+    np.testing.assert_array_equal(p0["kernel"], p1["kernel"])
+    for b in range(4):
+        # the trend is linear in the position, and not zero
+        added = trend[b] - plain[b]
+        coef, *_ = np.linalg.lstsq(xyz[b], added, rcond=None)
+        np.testing.assert_allclose(xyz[b] @ coef, added, atol=1e-3 * np.abs(added).max())
+        assert np.abs(added).max() > 1e-3
+        # the step takes two values (one side of the line, the other)
+        assert len(np.unique(np.round(step[b] - plain[b], 4))) <= 2
+    with pytest.raises(ConfigError, match="non-negative"):
+        SphereFieldTasks(trend=-1.0)

@@ -78,8 +78,8 @@ def config() -> BSATNPConfig:
     )  # fmt: skip
 
 
-def make_batch(key: jax.Array, params: bool = False):
-    tasks = VALID_TASKS if params else TASKS
+def make_batch(key: jax.Array, params: bool = False, tasks: SphereFieldTasks = TASKS):
+    tasks = VALID_TASKS if params else tasks
     out = sample_sphere_fields(key, tasks, batch_size=BATCH, return_params=params)
     ctx, tgt, y = out[:3]
     zeros = lambda n: jnp.zeros((BATCH, n), jnp.int32)  # noqa: E731
@@ -143,6 +143,18 @@ def main() -> None:
         help="start a second warm-up + cosine cycle at this step (a warm restart)",
     )  # fmt: skip
     parser.add_argument("--restart-lr", type=float, default=3e-4, help="its peak (3e-4)")
+    parser.add_argument(
+        "--trend",
+        type=float,
+        default=0.0,
+        help="std of a linear trend added to the training fields (0)",
+    )
+    parser.add_argument(
+        "--step",
+        type=float,
+        default=0.0,
+        help="std of a step across a line added to the training fields (0)",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
@@ -167,7 +179,8 @@ def main() -> None:
             0.0, args.restart_lr, REWARM, args.steps - args.restart_at, args.restart_lr * 0.05
         )
         schedule = optax.join_schedules([schedule, second], [args.restart_at])
-    sample = jax.jit(make_batch)
+    tasks = dataclasses.replace(TASKS, trend=args.trend, step=args.step)
+    sample = jax.jit(lambda k: make_batch(k, tasks=tasks))
     sample_with_params = jax.jit(lambda k: make_batch(k, True))
 
     @jax.jit
@@ -229,7 +242,7 @@ def main() -> None:
     final = NeuralProcess(
         cfg, best[1], normaliser=norm, variables=["value"], normalise="context",
         training={"steps": args.steps, "batch_size": BATCH, "learning_rate": args.learning_rate,
-                  "seed": 0, "tasks": repr(TASKS), "recipe": "recipes/pretrain",
+                  "seed": 0, "tasks": repr(tasks), "recipe": "recipes/pretrain",
                   "max_distance_km": max_target_distance_km(sample)},
     )  # fmt: skip
     path = final.save(args.out)

@@ -235,6 +235,13 @@ class SphereFieldTasks:
         covariance converges to the kernel, about 10× cheaper at 512 points.
     n_features : int
         Random features for ``method="fourier"``.
+    trend : float
+        Standard deviation of a linear trend added to each field, in units of the
+        unit-variance field per cap radius, along a random direction (0: none).
+        Real fields have large-scale gradients a stationary GP lacks.
+    step : float
+        Standard deviation of a step added to each field across a random straight
+        line through the cap (0: none), like a land/sea contrast.
 
     Examples
     --------
@@ -252,8 +259,14 @@ class SphereFieldTasks:
     kernels: tuple[str, ...] = _KERNELS
     method: Literal["cholesky", "fourier"] = "cholesky"
     n_features: int = 2048
+    trend: float = 0.0
+    step: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.trend >= 0.0 and self.step >= 0.0):
+            raise ConfigError(
+                f"trend and step must be non-negative; got {self.trend}, {self.step}."
+            )
         if self.method not in ("cholesky", "fourier"):
             raise ConfigError(f"method must be 'cholesky' or 'fourier'; got {self.method!r}.")
         lo, hi = self.n_context
@@ -323,6 +336,25 @@ def _fourier_field(
     return features @ jax.random.normal(k_w, (m,))
 
 
+def _trend_and_step(
+    key: jax.Array, xyz: jax.Array, cap: jax.Array, tasks: SphereFieldTasks
+) -> jax.Array:
+    """A linear trend and a step across a line, along random directions in the cap."""
+    k_d1, k_d2, k_a, k_b, k_t = jax.random.split(key, 5)
+    centre = jnp.mean(xyz, axis=0)
+    centre = centre / jnp.linalg.norm(centre)
+
+    def across(k: jax.Array) -> jax.Array:  # position along a random tangent direction, ±1
+        d = jax.random.normal(k, (3,))
+        d = d - jnp.dot(d, centre) * centre
+        return xyz @ (d / jnp.linalg.norm(d)) / jnp.sin(cap)
+
+    slope = tasks.trend * jax.random.normal(k_a, ())
+    jump = tasks.step * jax.random.normal(k_b, ())
+    where = jax.random.uniform(k_t, (), minval=-0.8, maxval=0.8)
+    return slope * across(k_d1) + jump * (across(k_d2) > where)
+
+
 def _sphere_task(key: jax.Array, tasks: SphereFieldTasks):
     k_cap, k_len, k_noise, k_kern, k_loc, k_f, k_eps, k_n = jax.random.split(key, 8)
     n_max = tasks.n_context[1]
@@ -340,6 +372,8 @@ def _sphere_task(key: jax.Array, tasks: SphereFieldTasks):
             [matern_kernel(xyz, xyz, ell, k) for k in tasks.kernels],
         )
         f = jnp.linalg.cholesky(cov + 1e-4 * jnp.eye(n)) @ jax.random.normal(k_f, (n,))
+    if tasks.trend or tasks.step:  # its own keys: the stationary draws stay as they were
+        f = f + _trend_and_step(jax.random.fold_in(key, 1), xyz, cap, tasks)
     y = f + noise * jax.random.normal(k_eps, (n,))
     n_ctx = jax.random.randint(k_n, (), tasks.n_context[0], n_max + 1)
     mask = jnp.arange(n_max) < n_ctx
