@@ -192,34 +192,29 @@ def _time_text(obj: xr.Dataset | xr.DataArray, name: str) -> str:
     return _format_time(obj[time].values)
 
 
-def _longitude_start(*lons: np.ndarray) -> float:
-    """Western edge, in [−180, 180), of the 360° window in which to draw ``lons``.
+def _longitude_frame(*lons: np.ndarray) -> tuple[float, float]:
+    """``(start, central)``: the 360° window ``[start, start + 360)`` to draw ``lons`` in.
 
-    −180 (the usual −180…180 frame) unless the points are a region that crosses
-    the antimeridian, e.g. around Fiji: then the window starts at the region's
-    western edge (east of the widest gap between the points), so the map shows one
-    region, with longitudes beyond 180°E, rather than two slivers at both edges of
-    a −180…180 axis.  Data spanning more than half the globe keep the usual frame.
+    ``start`` is −180 (the usual −180…180 frame) unless the points are a region that
+    crosses the antimeridian, e.g. around Fiji: then the window starts at the
+    region's western edge (east of the widest gap between the points, put in
+    [−180, 180)), so the map shows one region, with longitudes beyond 180°E, rather
+    than two slivers at both edges of a −180…180 axis.  Data spanning more than half
+    the globe keep the usual frame.  ``central`` is the centre of cartopy axes: 0 in
+    the usual frame, else the middle of the region.
     """
     lon = np.concatenate([np.ravel(x) for x in lons]) if lons else np.zeros(0)
     lon = np.unique(np.mod(lon[np.isfinite(lon)], 360.0))
     if lon.size < 2:
-        return -180.0
+        return -180.0, 0.0
     gaps = np.diff(np.append(lon, lon[0] + 360.0))
     widest = int(np.argmax(gaps))
     span = 360.0 - gaps[widest]
     usual = np.mod(lon + 180.0, 360.0) - 180.0
     if span >= 180.0 or usual.max() - usual.min() <= span + 1e-9:
-        return -180.0
-    return float(np.mod(lon[(widest + 1) % lon.size] + 180.0, 360.0) - 180.0)
-
-
-def _central_longitude(start: float, *lons: np.ndarray) -> float:
-    """Centre of the map for cartopy: 0 in the usual frame, else the data's middle."""
-    if start == -180.0:
-        return 0.0
-    lon = np.concatenate([np.ravel(x) for x in lons])
-    return 0.5 * float(np.nanmin(lon) + np.nanmax(lon))
+        return -180.0, 0.0
+    start = float(np.mod(lon[(widest + 1) % lon.size] + 180.0, 360.0) - 180.0)
+    return start, start + 0.5 * float(span)
 
 
 def _wrap(lon: np.ndarray, start: float) -> np.ndarray:
@@ -253,7 +248,7 @@ class _Field:
         self.wrap_to(-180.0)
 
     def wrap_to(self, start: float) -> None:
-        """Express the longitudes in ``[start, start + 360)`` (see :func:`_longitude_start`)."""
+        """Express the longitudes in ``[start, start + 360)`` (see :func:`_longitude_frame`)."""
         self.lon = _wrap(self.lon, start)
         if self.columns:
             order = np.argsort(self.lon, kind="stable")
@@ -298,7 +293,7 @@ def _finish_axes(
     pad_lat = max(0.03 * (lat1 - lat0), 0.5)
     if lon0 >= -180.0 and lon1 <= 180.0:
         lon0, lon1 = max(lon0 - pad_lon, -180.0), min(lon1 + pad_lon, 180.0)
-    else:  # a window across the antimeridian (see _longitude_start)
+    else:  # a window across the antimeridian (see _longitude_frame)
         lon0, lon1 = lon0 - pad_lon, min(lon1 + pad_lon, lon0 - pad_lon + 360.0)
     lat0, lat1 = max(lat0 - pad_lat, -90.0), min(lat1 + pad_lat, 90.0)
     if projection is not None:
@@ -419,12 +414,11 @@ def plot_prediction(
     points = None
     if context is not None:
         points = _context_points(context, variable, _scalar_time(pred, mean_name), time)
-    start = _longitude_start(mean.lon, *(() if points is None else (points[1],)))
+    start, central = _longitude_frame(mean.lon, *(() if points is None else (points[1],)))
     mean.wrap_to(start)
     std.wrap_to(start)
     if points is not None:
         points = (points[0], _wrap(points[1], start), points[2])
-    central = _central_longitude(start, mean.lon, *(() if points is None else (points[1],)))
 
     projection = _map_projection(coastlines)
     fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, central)
@@ -545,9 +539,8 @@ def plot_stations(
         else:
             data = _one_time(data, variable, time, "data")
     ps = to_points(data, variable)
-    start = _longitude_start(ps.lon)
+    start, central = _longitude_frame(ps.lon)
     lon = _wrap(ps.lon, start)
-    central = _central_longitude(start, lon)
     projection = _map_projection(coastlines)
     fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), central)
     transform = {"transform": projection} if projection is not None else {}
