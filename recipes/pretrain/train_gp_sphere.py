@@ -262,6 +262,8 @@ def main() -> None:
         rows.append(f"| {lo:g}–{hi:g} | {sel.sum()} | {model_nll[sel].mean():.3f} "
                     f"| {floor[sel].mean():.3f} |")  # fmt: skip
     schedule_text = f"warm-up + cosine, peak {args.learning_rate:g}"
+    if args.trend or args.step:
+        schedule_text += f", training fields with trend {args.trend:g} and step {args.step:g}"
     if args.restart_at is not None:
         schedule_text += (
             f", restarted at step {args.restart_at} with a second cycle peaking at "
