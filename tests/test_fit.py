@@ -209,7 +209,7 @@ def test_validation_times_are_held_out_of_training():
     assert by_times.training["validation"] == "times"
     np.testing.assert_array_equal(by_times.history_.val_nll, by_hand.history_.val_nll)
     assert np.isfinite(by_times.history_.val_nll).all()
-    # a list of times selects the same
+    # a list, a DataArray and a DatetimeIndex of the same times select the same
     for same in (list(times), ds.time[28:36], pd.DatetimeIndex(times)):
         again = ds.np.fit("field", validation=same, **args)
         np.testing.assert_array_equal(leaves(again)[0], leaves(by_times)[0])

@@ -202,14 +202,8 @@ def test_cross_validate_passes_covariates_to_the_targets():
     assert sorted(idw.data_vars) == ["t_mean", "t_std"]
     zero_shot = cross_val_predict(lambda c, t: xnp.predict("gp-sphere", c, t), other, "t", cv)
     assert np.isfinite(zero_shot.t_mean).all()
-    assert (
-        float(
-            cross_validate(InverseDistanceWeighting().predict, other, "t", cv).t_n.sel(
-                fold="pooled"
-            )
-        )
-        == 30
-    )
+    idw_scores = cross_validate(InverseDistanceWeighting().predict, other, "t", cv)
+    assert float(idw_scores.t_n.sel(fold="pooled")) == 30
     # xnp.predict reads a covariate data variable of the targets (and of the data when
     # gap filling), and does not copy it into the prediction
     filled = xnp.predict(model, data)
