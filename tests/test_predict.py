@@ -373,3 +373,37 @@ def test_targets_beyond_the_trained_distance_warn(model, data):
     far = xr.Dataset(coords={"lat": [51.0, -30.0], "lon": [0.0, 140.0]})
     with pytest.warns(XnpWarning, match=r"3 of 4 target points lie more than 500 km"):
         predict(zero_shot, frame, far)
+
+
+def test_lazy_covariates_are_read_per_block_and_missing_ones_give_nan(data):
+    # a covariate given as a data variable of the targets: lazy (dask) values are read
+    # when the result is computed, not at graph build, and targets where it is missing
+    # (NaN) are NaN in the prediction, in the same places as the eager path
+    with_land = data.assign(land=(("lat", "lon"), np.linspace(0.0, 1.0, 80).reshape(8, 10)))
+    model = NeuralProcess.init(
+        BSATNPConfig.tiny(q_chunk=64, k_chunk=64, dim_x=1),
+        Normaliser.fit(with_land, "t2m", covariates=["land"]), ["t2m"], covariates=["land"],
+    )  # fmt: skip
+    land = np.linspace(0.0, 1.0, 180).reshape(12, 15)
+    land[3, 4:9] = np.nan  # five targets without the covariate
+    template = grid().assign(land=(("lat", "lon"), land))
+    t0 = data.time.values[0]
+    eager = predict(model, with_land, template, time=t0)
+    assert int(eager["t2m_mean"].isnull().sum()) == 5
+    counter = CountingScheduler()
+    lazy_land = template.assign(land=template.land.chunk({"lon": 4}))  # other chunks
+    with dask.config.set(scheduler=counter):
+        lazy = predict(model, with_land, lazy_land, time=t0, chunks={"lat": 5, "lon": 6})
+        assert counter.calls == 0
+        computed = lazy.compute()
+    assert counter.calls == 1
+    xr.testing.assert_allclose(computed, eager, atol=1e-5)
+    # an in-memory covariate on a chunked template (the chunks come from it)
+    chunked = predict(model, with_land, template.chunk({"lat": 4}), time=t0).compute()
+    xr.testing.assert_allclose(chunked, eager, atol=1e-5)
+    # a covariate over fewer dims than the targets is broadcast along the others
+    stations = template.stack(point=("lat", "lon")).reset_index("point")
+    by_point = predict(model, with_land, stations, time=t0, chunks={"point": 50}).compute()
+    np.testing.assert_allclose(
+        by_point["t2m_mean"].values, eager["t2m_mean"].values.ravel(), atol=1e-5
+    )

@@ -50,7 +50,7 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
-from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
+from xnp.errors import ConfigError, CoordinateError, DimensionError, EmptyDataError, XnpWarning
 from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
 from xnp.points import Points
 
@@ -132,22 +132,42 @@ class _Context:
 
 @dataclasses.dataclass(eq=False)
 class _Payload:
-    """What every dask block needs; enters the graph once."""
+    """What every dask block needs; enters the graph once.
+
+    ``template`` holds the target coordinates only (in memory); the model's
+    covariates that are data variables of the targets reach each block as that
+    block's slice (numpy), so lazy covariates are read block by block, when the
+    result is computed, and never at graph build.
+    """
 
     predictor: Predictor
     state: Any
-    targets: PointSet
+    template: xr.Dataset
+    names: dict[str, Any]
+    dims: tuple[str, ...]
+    covariates: tuple[str, ...]
     context: Points | None
     radius_km: float | None
     model: Any
     t_target: float | None = None
 
-    def block(self, index: np.ndarray) -> np.ndarray:
-        """Predict the targets ``index`` (any shape) → ``index.shape + (2·Dy,)``."""
-        flat = index.ravel()
-        out = np.full((flat.size, 2 * len(self.model.variables)), np.nan, np.float32)
-        if flat.size:
-            tgt = _points(self.targets.take(flat), self.model, values=False, t=self.t_target)
+    def block(self, *covariates: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        """Predict one block of the targets → ``block shape + (2·Dy,)``.
+
+        Places where a covariate is missing (NaN) get NaN, as in the eager path.
+        """
+        assert block_info is not None  # dask passes it: the block's place in the whole
+        where = block_info[None]["array-location"][: len(self.dims)]
+        shape = tuple(stop - start for start, stop in where)
+        sub = self.template.isel(
+            {d: slice(start, stop) for d, (start, stop) in zip(self.dims, where, strict=True)}
+        )
+        for name, values in zip(self.covariates, covariates, strict=True):
+            sub[name] = (self.dims, values)
+        targets = to_points(sub, None, covariates=self.model.covariates, **self.names)
+        out = np.full((int(np.prod(shape)), 2 * len(self.model.variables)), np.nan, np.float32)
+        if len(targets):
+            tgt = _points(targets, self.model, values=False, t=self.t_target)
             if self.radius_km is None:
                 mean, std = self.predictor.predict_state(self.state, tgt)
             else:
@@ -155,26 +175,33 @@ class _Payload:
                     self.context, tgt, context_radius_km=self.radius_km
                 )
             mean, std = self.model.denormalise(mean, std)
-            out = np.concatenate([mean[0], std[0]], axis=-1).astype(np.float32)
-        return out.reshape(*index.shape, -1)
+            out[targets.index] = np.concatenate([mean[0], std[0]], axis=-1)
+        return out.reshape(*shape, -1)
 
 
 def _lazy(
-    payload: _Payload, targets: PointSet, chunks: Mapping[str, Any], attrs: Mapping
-) -> xr.Dataset:
-    block_chunks = tuple(chunks.get(d, -1) for d in targets.dims)
-    index = da.from_array(np.arange(int(np.prod(targets.shape))).reshape(targets.shape),
-                          chunks=block_chunks)  # fmt: skip
+    payload: _Payload, lazy_covariates: Sequence[Any], targets: PointSet,
+    chunks: Mapping[str, Any], attrs: Mapping,
+) -> xr.Dataset:  # fmt: skip
+    """The prediction as dask arrays, one task per block of the targets' chunks."""
+    block_chunks = da.core.normalize_chunks(
+        tuple(chunks.get(d, -1) for d in targets.dims), targets.shape
+    )
+    args = [c.rechunk(block_chunks) for c in lazy_covariates]
+    if not args:  # no covariate to read: the blocks come from a placeholder
+        args = [da.empty(targets.shape, chunks=block_chunks, dtype=np.int8)]
+        block = lambda _, payload, block_info=None: payload.block(block_info=block_info)  # noqa: E731
+    else:
+        block = lambda *a, payload, block_info=None: payload.block(*a, block_info=block_info)  # noqa: E731
     dy = len(payload.model.variables)
-    shipped = dask.delayed(payload, pure=True)
     out = da.map_blocks(
-        lambda idx, payload: payload.block(idx),
-        index,
-        payload=shipped,
+        block,
+        *args,
+        payload=dask.delayed(payload, pure=True),
         dtype=np.float32,
-        new_axis=index.ndim,
-        chunks=(*index.chunks, (2 * dy,)),
-        meta=np.empty((0,) * (index.ndim + 1), np.float32),
+        new_axis=len(targets.dims),
+        chunks=(*block_chunks, (2 * dy,)),
+        meta=np.empty((0,) * (len(targets.dims) + 1), np.float32),
     )
     data = {}
     for j, name in enumerate(payload.model.variables):
@@ -184,6 +211,25 @@ def _lazy(
                 attrs=prediction_attrs(name, kind, attrs.get(name, {})),
             )  # fmt: skip
     return xr.Dataset(data, attrs=prediction_attrs(None, None, {}))
+
+
+def _as_dask(covariate: xr.DataArray, dims: tuple[str, ...], shape: tuple[int, ...]) -> Any:
+    """A covariate of the targets as a dask array over the targets' ``dims`` (broadcast).
+
+    Lazy values stay lazy; in-memory ones are wrapped without a copy.
+    """
+    extra = [str(d) for d in covariate.dims if d not in dims]
+    if extra:
+        raise DimensionError(
+            f"covariate {covariate.name!r} has dims {covariate.dims}, which are not all among "
+            f"the targets' dims {dims}. Select along {extra} first."
+        )
+    own = [d for d in dims if d in covariate.dims]
+    values = covariate.transpose(*own).data
+    values = values if isinstance(values, da.Array) else da.from_array(np.asarray(values))
+    # new axes for the target dims the covariate lacks, then broadcast (no copy)
+    index = tuple(slice(None) if d in covariate.dims else None for d in dims)
+    return da.broadcast_to(values[index], shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,7 +413,18 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
          ) -> xr.Dataset:  # fmt: skip
     """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
     model = ctx.model
-    tgt_ps = to_points(template, None, covariates=model.covariates, **_names(model, template))
+    names = _names(model, template)
+    if opts.chunks:  # the covariates are read block by block, not here
+        data_covariates = tuple(c for c in model.covariates if c in template.data_vars)
+        light = template.drop_vars(list(data_covariates))
+        # coordinates are read here, once (the blocks slice them and never compute)
+        lazy_coords = [k for k, v in light.coords.items() if v.chunks is not None]
+        if lazy_coords:
+            values = dask.compute(*(light[k].variable for k in lazy_coords))
+            light = light.assign_coords(dict(zip(lazy_coords, values, strict=True)))
+        tgt_ps = to_points(light, None, **names)
+    else:
+        tgt_ps = to_points(template, None, covariates=model.covariates, **names)
     _warn_far_targets(model, ctx.points, tgt_ps)
     outside = _outside_grid(model, tgt_ps.s)
     if outside is not None and outside.any():
@@ -379,9 +436,10 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
         )
     if opts.chunks:
         state = None if opts.radius_km is not None else ctx.state()
-        payload = _Payload(ctx.predictor, state, tgt_ps, ctx.points, opts.radius_km, model,
-                           t_target)  # fmt: skip
-        return _lazy(payload, tgt_ps, opts.chunks, ctx.attrs)
+        payload = _Payload(ctx.predictor, state, light, names, tgt_ps.dims, data_covariates,
+                           ctx.points, opts.radius_km, model, t_target)  # fmt: skip
+        lazy = [_as_dask(template[c], tgt_ps.dims, tgt_ps.shape) for c in data_covariates]
+        return _lazy(payload, lazy, tgt_ps, opts.chunks, ctx.attrs)
     targets = _points(tgt_ps, model, values=False, t=t_target)
     if opts.radius_km is None:
         mean, std = ctx.predictor.predict_state(ctx.state(), targets)
