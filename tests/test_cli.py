@@ -221,6 +221,16 @@ def test_clear_errors_without_traceback(capsys, files, fitted, tmp_path):
     fails(2, "demo", "--data", files / "data.nc", "--out", tmp_path / "d",
           match="--data needs --variable")  # fmt: skip
     fails(2, "frobnicate", match="invalid choice")
+    fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
+          "--memory-budget", "lots", match="memory size")  # fmt: skip
+    fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
+          "--context-radius", "far", match="distance")  # fmt: skip
+    # a directory that is not a zarr store is never replaced, checked before any work
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    fails(1, "predict", fitted, files / "data.nc", "--out", tmp_path / "mine", "--format",
+          "zarr", "--overwrite", match="refusing to replace")  # fmt: skip
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     assert not (tmp_path / "m").exists()
 
 
@@ -237,6 +247,10 @@ def test_write_dataset_replaces_atomically(tmp_path):
     write_dataset(ds + 1, path, overwrite=True)
     assert open_zarr(path).a.values.tolist() == [1.0, 2.0, 3.0, 4.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr"]
+    # a zarr v2 store (as older tools write) is a store too
+    ds.to_zarr(tmp_path / "v2.zarr", zarr_format=2, consolidated=False)
+    write_dataset(ds * 3, tmp_path / "v2.zarr", overwrite=True)
+    assert open_zarr(tmp_path / "v2.zarr").a.values.tolist() == [0.0, 3.0, 6.0, 9.0]
 
 
 def test_format_table_and_chunks():

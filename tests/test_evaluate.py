@@ -331,6 +331,8 @@ def test_forecasts_are_scored_at_their_valid_times_per_lead():
     xr.testing.assert_identical(renamed, scores)
     with pytest.raises(CoordinateError, match="no overlap"):
         evaluate(fc, ds.isel(time=[0]))
+    with pytest.raises(DimensionError, match="duplicate"):  # an xnp error, not xarray's
+        evaluate(fc, xr.concat([ds, ds.isel(time=[3])], "time"))
 
 
 def test_variable_errors():

@@ -4,7 +4,7 @@ import dask
 import numpy as np
 import pytest
 import xarray as xr
-from strategies import curvilinear_dataset, grid_dataset, station_dataset
+from strategies import curvilinear_dataset, grid_dataset, projected_dataset, station_dataset
 
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks
@@ -407,3 +407,87 @@ def test_lazy_covariates_are_read_per_block_and_missing_ones_give_nan(data):
     np.testing.assert_allclose(
         by_point["t2m_mean"].values, eager["t2m_mean"].values.ravel(), atol=1e-5
     )
+
+
+def test_templates_as_users_open_them(model, data):
+    frame = data.isel(time=0)
+    # a chunked template whose first data variable has a dim the targets lack (bounds)
+    g = grid(4, 5)
+    bounds = np.stack([g.lat.values - 0.5, g.lat.values + 0.5], -1)
+    cmip = g.assign(
+        lat_bnds=(("lat", "bnds"), bounds), tas=(("lat", "lon"), np.zeros((4, 5)))
+    ).chunk({"lat": 2})
+    lazy = predict(model, frame, cmip)
+    assert lazy["t2m_mean"].chunks == ((2, 2), (5,))
+    xr.testing.assert_allclose(lazy.compute(), predict(model, frame, g), atol=1e-5)
+    # the result follows the template variable's dim order, not its coordinates'
+    lon_first = xr.Dataset(
+        {"t2m": (("lat", "lon"), frame.t2m.values, {"units": "K"})},
+        coords={"lon": frame.lon.values, "lat": frame.lat.values},
+    )
+    assert predict(model, lon_first)["t2m_mean"].dims == ("lat", "lon")
+    assert predict(model, frame, lon_first.t2m)["t2m_mean"].dims == ("lat", "lon")
+    # a projected grid whose CF grid mapping is a data variable (as open_dataset gives)
+    projected = projected_dataset()
+    context = projected.assign(t2m=projected.t2m + 285.0)
+    assert predict(model, context)["t2m_mean"].dims == ("y", "x")
+    assert predict(model, frame, projected)["t2m_mean"].dims == ("y", "x")
+    # stations whose latitude and longitude are data variables (as from a table)
+    sites = xr.Dataset({"lat": ("site", [50.5, 52.0, 53.5]), "lon": ("site", [-2.0, 0.0, 1.5])})
+    out = predict(model, frame, sites)
+    assert out["t2m_mean"].dims == ("site",)
+    np.testing.assert_allclose(out.lat, sites.lat)
+    # a second scalar time of a frame used as the grid does not label the predictions
+    two_clocks = data.assign_coords(valid_time=("time", data.time.values))
+    assert "valid_time" not in predict(model, two_clocks, two_clocks.isel(time=0)).coords
+    assert predict(model, frame, grid(3, 3), chunks={"lat": "auto"})["t2m_mean"].chunks
+
+
+def test_times_that_cannot_be_honoured_raise(model, data):
+    frame = data.isel(time=0)  # a scalar time
+    with pytest.raises(CoordinateError, match="not in the data"):
+        predict(model, frame, grid(3, 3), time=data.time.values[2])
+    same = predict(model, frame, grid(3, 3), time=data.time.values[0])
+    assert same.time.values == data.time.values[0]
+    with pytest.raises(ConfigError, match="no time coordinate"):
+        predict(model, frame.drop_vars("time"), grid(3, 3), time=data.time.values[0])
+    rng = np.random.default_rng(0)
+    obs = xr.Dataset(
+        {"t2m": ("obs", 285.0 + rng.normal(size=40), {"units": "K"})},
+        coords={
+            "lat": ("obs", rng.uniform(50, 57, 40)),
+            "lon": ("obs", rng.uniform(-3, 6, 40)),
+            "time": ("obs", data.time.values[0] + np.arange(40) * np.timedelta64(1, "m")),
+        },
+    )
+    with pytest.raises(ConfigError, match="one time per observation"):
+        predict(model, obs, grid(3, 3))
+
+
+def test_elevation_covariate_at_the_targets(data):
+    # the elevation as a data variable under another name, in km in the targets
+    rng = np.random.default_rng(0)
+    metres = rng.uniform(0.0, 2000.0, (8, 10))
+    with_orog = data.assign(orog=(("lat", "lon"), metres, {"units": "m"}))
+    model = NeuralProcess.init(
+        BSATNPConfig.tiny(q_chunk=64, k_chunk=64, dim_x=1),
+        Normaliser.fit(with_orog, "t2m", covariates=["elevation"]), ["t2m"],
+        covariates=["elevation"],
+    )  # fmt: skip
+    frame = with_orog.isel(time=0)
+    filled = predict(model, frame)
+    assert np.isfinite(filled["t2m_mean"]).all()
+    as_coord = predict(model, frame, frame.drop_vars("t2m").set_coords("orog"))
+    xr.testing.assert_allclose(filled, as_coord.drop_vars("orog"), atol=1e-6)
+    in_km = xr.Dataset(
+        {"orog": (("lat", "lon"), metres / 1000.0, {"units": "km"})},
+        coords={"lat": frame.lat, "lon": frame.lon},
+    )
+    eager = predict(model, frame, in_km)
+    xr.testing.assert_allclose(eager, filled, atol=1e-5)
+    lazy = predict(model, frame, in_km, chunks={"lat": 3}).compute()
+    xr.testing.assert_allclose(lazy, eager, atol=1e-5)
+    # no target has the covariate: NaN everywhere, eager as lazy
+    nowhere = in_km.assign(orog=in_km.orog * np.nan)
+    assert predict(model, frame, nowhere)["t2m_mean"].isnull().all()
+    assert predict(model, frame, nowhere, chunks=4)["t2m_mean"].isnull().all()

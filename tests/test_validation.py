@@ -213,3 +213,49 @@ def test_cross_validate_passes_covariates_to_the_targets():
     assert not np.allclose(shifted.t_mean, filled.t_mean)
     assert int(scores.t_n.sel(fold="pooled")) == 30
     assert np.isfinite(scores.t_rmse).all()
+
+
+def test_cross_validation_of_unusual_but_valid_setups():
+    idw = InverseDistanceWeighting().predict
+    # a grid stacked into points (as the module docstring suggests)
+    lat, lon = np.arange(40.0, 46.0), np.arange(0.0, 8.0)
+    grid = xr.Dataset(
+        {"t": (("lat", "lon"), np.add.outer(lat, lon) * 0.1)}, coords={"lat": lat, "lon": lon}
+    ).stack(cell=("lat", "lon"))
+    scores = cross_validate(idw, grid, "t", BlockKFold(spacing_deg=2.0, n_splits=3))
+    assert int(scores.t_n.sel(fold="pooled")) == 48
+    # a predictor that returns its points in another order is scored per station
+    data = station_data(12, nt=3, seed=4)
+    cv = BlockKFold(n_blocks=2, n_splits=2)
+    reverse = lambda c, t: idw(c, t).isel(station=slice(None, None, -1))  # noqa: E731
+    straight = cross_validate(idw, data, "t", cv, dim="time")
+    xr.testing.assert_allclose(cross_validate(reverse, data, "t", cv, dim="time"), straight)
+    assert (cross_val_predict(reverse, data, "t", cv).station == data.station).all()
+    with pytest.raises(ConfigError, match="exactly the targets"):
+        cross_validate(lambda c, t: idw(c, t).isel(station=[0]), data, "t", cv)
+
+    # a splitter that holds out only some points: scored on those
+    class HoldOut:
+        def split(self, d):
+            yield np.arange(8), np.arange(8, 12)
+
+    part = cross_validate(idw, data, "t", HoldOut(), dim="time")
+    assert list(part.station.values) == list(data.station.values[8:])
+    assert int(cross_validate(idw, data, "t", HoldOut()).t_n.sel(fold="pooled")) == 12
+    # a fold without any valid truth has n = 0 and NaN scores; the others are scored
+    gappy = station_data(6, seed=1)
+    gappy["t"][2] = np.nan
+    loo = cross_validate(idw, gappy, "t", LeaveOneOut())
+    assert loo.t_n.values.tolist() == [1, 1, 0, 1, 1, 1, 5]
+    assert np.isnan(loo.t_rmse.sel(fold="2"))
+    assert np.isfinite(loo.t_rmse.sel(fold="pooled"))
+
+    class Nothing:
+        def split(self, d):
+            return iter(())
+
+    with pytest.raises(ConfigError, match="no fold"):
+        cross_val_predict(idw, gappy, "t", Nothing())
+    assert BlockKFold(1.0, n_splits=np.int64(3)).n_splits == 3
+    with pytest.raises(ConfigError, match="pair"):
+        BlockKFold(spacing_deg=(1.0, 2.0, 3.0))

@@ -159,13 +159,12 @@ class _SpatialBaseline:
         """
         data = _dataset(data)
         variables = _variables(data, self.variables)
-        template = _template(targets, data)
-        template.attrs.pop("_xnp_chunks", None)
+        where = _template(targets, data)
         layout = find_coords(data, variables[0])
-        return predict_each_time(
-            data, template, layout, time,
+        return where.arrange(predict_each_time(
+            data, where.points, layout, time,
             lambda frame, tmpl: self._one_time(frame, tmpl, variables, layout),
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def _one_time(
         self, data: xr.Dataset, template: xr.Dataset, variables: list[str], layout: Any
@@ -791,8 +790,8 @@ class Persistence:
                     f"{v!r} has dims {data[v].dims}; Persistence needs exactly time and space "
                     f"{tuple(expected)}. Select along the other dims first."
                 )
-        template = _template(targets, data)
-        template.attrs.pop("_xnp_chunks", None)
+        where = _template(targets, data)
+        template = where.points
         if targets is None:
             template = template.isel({layout.time_dim: 0}, drop=True)
         history = _History(data, variables, layout)
@@ -800,14 +799,14 @@ class Persistence:
             spatial = template.drop_dims(
                 [d for d in (layout.time_dim,) if d in template.dims]
             ).drop_vars([layout.time], errors="ignore")
-            return self._forecast(history, spatial, time, lead_time)
+            return where.arrange(self._forecast(history, spatial, time, lead_time))
         tmpl_time = find_coords(template).time
         times, scalar = _valid_times(data, template, layout, tmpl_time, time)
         results = []
         for t in times:
             tmpl = _at_time(template, xr.Dataset(coords={layout.time: t}), layout, tmpl_time)
             results.append(self._frame(history, tmpl, t, t))
-        return results[0] if scalar else xr.concat(results, dim=layout.time_dim)
+        return where.arrange(results[0] if scalar else xr.concat(results, dim=layout.time_dim))
 
     def _frame(
         self, history: _History, template: xr.Dataset, issued: Any, valid: Any

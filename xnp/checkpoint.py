@@ -225,15 +225,34 @@ def _exchange(a: Path, b: Path) -> bool:
     return result == 0
 
 
+def check_replaceable(path: str | os.PathLike, marker: str | tuple[str, ...]) -> None:
+    """Raise :class:`CheckpointError` unless ``path`` is absent, empty or holds ``marker``.
+
+    ``marker`` is a file name, or several (any one will do): what
+    :func:`atomic_directory` requires before it replaces an existing directory.
+    """
+    target = _expand(path)
+    markers = (marker,) if isinstance(marker, str) else tuple(marker)
+    if not target.exists() or any((target / m).is_file() for m in markers):
+        return
+    if not target.is_dir() or any(target.iterdir()):
+        raise CheckpointError(
+            f"{target} exists and is not an xnp directory (no {' or '.join(markers)}); "
+            "refusing to replace it. Choose another path or remove it."
+        )
+
+
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, *, marker: str = "config.json") -> Iterator[Path]:
+def atomic_directory(
+    path: str | os.PathLike, *, marker: str | tuple[str, ...] = "config.json"
+) -> Iterator[Path]:
     """Write a directory atomically: yield a temporary directory, then swap it in.
 
     The caller writes every file into the yielded directory.  When the block ends
     without an error the directory replaces ``path`` in one step; an existing
-    ``path`` is replaced only if it holds ``marker`` (so a directory that is not an
-    xnp one is never deleted).  On error the temporary directory is removed and
-    ``path`` is untouched.
+    ``path`` is replaced only if it holds ``marker`` (or one of several; so a
+    directory that is not an xnp one is never deleted).  On error the temporary
+    directory is removed and ``path`` is untouched.
 
     A leading ``~`` in ``path`` is expanded to the home directory.  The directory
     gets the permissions of a plain ``mkdir`` under the current umask (e.g. ``0o755``
@@ -249,12 +268,7 @@ def atomic_directory(path: str | os.PathLike, *, marker: str = "config.json") ->
     ['config.json']
     """
     target = _expand(path)
-    foreign = target.exists() and not (target / marker).is_file()
-    if foreign and (not target.is_dir() or any(target.iterdir())):
-        raise CheckpointError(
-            f"{target} exists and is not an xnp directory (no {marker}); refusing to "
-            "replace it. Choose another path or remove it."
-        )
+    check_replaceable(target, marker)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
     try:

@@ -42,7 +42,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,25 @@ def parse_chunks(text: str) -> dict[str, int]:
             )
         chunks[name.strip()] = value
     return chunks
+
+
+def _checked(what: str) -> Callable[[str], str]:
+    """An argparse ``type`` that checks a ``"distance"`` or a ``"size"`` and keeps the text.
+
+    A bad value is then a command-line error (exit status 2) before any work.
+    """
+
+    def check(text: str) -> str:
+        from xnp.infer import parse_bytes, parse_distance_km  # (imports JAX: not at start)
+
+        try:
+            (parse_distance_km if what == "distance" else parse_bytes)(text)
+        except XnpError as err:
+            raise argparse.ArgumentTypeError(f"{what}: {err}") from err
+        return text
+
+    check.__name__ = what  # argparse names the type in its messages
+    return check
 
 
 def parse_source(text: str) -> tuple[str, str]:
@@ -291,6 +310,27 @@ def _progress(show: bool) -> Iterator[None]:
         yield
 
 
+#: Files that make a directory a zarr store (v3, v2 group, v2 array): replaceable.
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+
+def check_output(path: str | os.PathLike, fmt: str, overwrite: bool) -> None:
+    """Raise unless :func:`write_dataset` may write ``path`` (checked before any work).
+
+    An existing output needs ``overwrite``; an existing directory is replaced only
+    if it is a zarr store.
+    """
+    from xnp.checkpoint import check_replaceable
+
+    target = Path(path).expanduser()
+    if target.exists() and not overwrite:
+        raise FileExistsError(
+            errno.EEXIST, "the output exists (pass --overwrite to replace it)", str(target)
+        )
+    if fmt == "zarr":
+        check_replaceable(target, _ZARR_MARKERS)
+
+
 def write_dataset(
     ds: xr.Dataset,
     path: str | os.PathLike,
@@ -334,14 +374,11 @@ def write_dataset(
 
     target = Path(path).expanduser()
     fmt = output_format(target, fmt)
-    if target.exists() and not overwrite:
-        raise FileExistsError(
-            errno.EEXIST, "the output exists (pass --overwrite to replace it)", str(target)
-        )
+    check_output(target, fmt, overwrite)
     ds = ds.drop_encoding()  # encodings (chunks, dtypes) copied from the inputs may not fit
     target.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "zarr":
-        with atomic_directory(target, marker="zarr.json") as tmp, _progress(progress):
+        with atomic_directory(target, marker=_ZARR_MARKERS) as tmp, _progress(progress):
             ds.to_zarr(tmp, mode="w", consolidated=False)
         return target
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
@@ -549,10 +586,7 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     if args.targets:
         targets = files.enter_context(open_data(args.targets, what="targets"))
     fmt = output_format(args.out, args.format)
-    if Path(args.out).expanduser().exists() and not args.overwrite:
-        raise FileExistsError(
-            errno.EEXIST, "the output exists (pass --overwrite to replace it)", args.out
-        )
+    check_output(args.out, fmt, args.overwrite)
     template = targets if targets is not None else context
     chunks = args.chunks or _default_chunks(model, template)
     unknown = sorted(set(chunks) - {str(d) for d in template.dims})
@@ -1050,6 +1084,7 @@ def _add_predict(subs: Any) -> None:
     p.add_argument(
         "--context-radius",
         metavar="DIST",
+        type=_checked("distance"),
         help="condition each block only on observations within this great-circle "
         "distance, e.g. 500km (default: all observations)",
     )
@@ -1063,6 +1098,7 @@ def _add_predict(subs: Any) -> None:
     p.add_argument(
         "--memory-budget",
         default="1GiB",
+        type=_checked("size"),
         metavar="SIZE",
         help="memory one chunk of targets may use on the device (default: %(default)s)",
     )

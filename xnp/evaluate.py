@@ -376,6 +376,12 @@ def _at_valid_times(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
             f"the forecast is valid from {wanted.min()} to {wanted.max()}, but the truth's "
             f"{time} runs from {y[time].values.min()} to {y[time].values.max()}: no overlap."
         )
+    if time in y.indexes and not y.indexes[time].is_unique:
+        raise DimensionError(
+            f"the truth's {time!r} coordinate has duplicate values, so a forecast's valid "
+            "times cannot be looked up in it; make it unique (e.g. "
+            f"truth.drop_duplicates({time!r})) before evaluating."
+        )
     out = y.reindex({time: wanted}).sel({time: valid})
     return out.drop_vars(time)
 
@@ -460,9 +466,18 @@ def _pair(
         )
     mu, sigma, y = mu.isel(pick_pred), sigma.isel(pick_pred), y.isel(pick_truth)
     # the prediction's coordinates win: the truth's may differ by rounding or convention
-    shared = [c for c in y.coords if c in mu.coords and c not in y.dims]
-    y = y.drop_vars(shared).assign_coords({d: mu[d].variable for d in pick_truth})
+    # (an index over several coordinates, as a stacked grid's MultiIndex, goes whole)
+    indexed = [n for d in pick_truth for n in _index_coords(y, d)]
+    shared = [c for c in y.coords if c in mu.coords and c not in y.dims and c not in indexed]
+    y = y.drop_vars(list(dict.fromkeys(shared + indexed)))
+    names = list(dict.fromkeys(n for d in pick_truth for n in [d, *_index_coords(mu, d)]))
+    y = y.assign_coords(mu.coords.to_dataset()[names].coords)
     return y, mu, sigma.transpose(*mu.dims)
+
+
+def _index_coords(da: xr.DataArray, dim: str) -> list[str]:
+    """The coordinates that share ``dim``'s index (its levels, for a MultiIndex)."""
+    return list(da.xindexes.get_all_coords(dim)) if dim in da.xindexes else []
 
 
 def _indexer(positions: np.ndarray) -> slice | np.ndarray:

@@ -50,7 +50,14 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
-from xnp.errors import ConfigError, CoordinateError, DimensionError, EmptyDataError, XnpWarning
+from xnp.errors import (
+    ConfigError,
+    CoordinateError,
+    DimensionError,
+    EmptyDataError,
+    XnpError,
+    XnpWarning,
+)
 from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
 from xnp.points import Points
 
@@ -67,30 +74,77 @@ def _as_dataset(data: xr.Dataset | xr.DataArray, what: str) -> xr.Dataset:
     return data
 
 
-def _template(targets: Any, data: xr.Dataset, keep: Sequence[str] = ()) -> xr.Dataset:
-    """The target coordinates as a Dataset (data variables dropped but those in ``keep``).
+@dataclasses.dataclass(frozen=True)
+class _Template:
+    """Where to predict: the target coordinates, and how to lay out the result.
 
-    ``keep`` names the model's covariates: one given as a data variable (e.g. a
-    land fraction on the target grid) is read at the targets.  A dict of
-    coordinates makes a grid; scalar values are a grid of one point.
+    ``points`` holds the coordinates and the data variables the model reads at the
+    targets (covariates); ``chunks`` are the dask chunks of the template's data
+    (for a lazy result), over the dims of ``points``; ``order`` is the dimension
+    order of its main data variable, which the result follows.
     """
 
-    def drop(ds: xr.Dataset) -> xr.Dataset:
-        return ds.drop_vars([v for v in ds.data_vars if v not in keep])
+    points: xr.Dataset
+    chunks: dict[str, Any] = dataclasses.field(default_factory=dict)
+    order: tuple[str, ...] = ()
 
-    if targets is None:
-        return drop(data)
+    def arrange(self, out: xr.Dataset) -> xr.Dataset:
+        """``out`` with the template's dims in the template variable's order (last)."""
+        own = [d for d in self.order if d in out.dims]
+        if len(own) < 2 or tuple(d for d in out.dims if d in own) == tuple(own):
+            return out
+        return out.transpose(*[d for d in out.dims if d not in own], *own)
+
+
+def _template(
+    targets: Any,
+    data: xr.Dataset,
+    keep: Sequence[str] = (),
+    names: Mapping[str, Any] | None = None,
+) -> _Template:
+    """The targets (or, for gap filling, ``data``) as a :class:`_Template`.
+
+    Data variables are dropped, but for the model's covariates (``keep``; e.g. a
+    land fraction on the target grid, or the elevation under any name the
+    coordinate discovery knows), which are read at the targets.  Variables that
+    locate the points (latitude/longitude or a CF grid mapping stored as data
+    variables) become coordinates.  ``names`` are coordinate names recorded at fit
+    time (see :func:`_names`).  A dict of coordinates makes a grid; scalar values
+    are a grid of one point.
+    """
     if isinstance(targets, Mapping) and not isinstance(targets, xr.Dataset):
         coords = {
             k: np.atleast_1d(v) if isinstance(v, int | float | np.number) else v
             for k, v in targets.items()
         }
-        return xr.Dataset(coords=coords)
-    tmpl = _as_dataset(targets, "targets")
-    # keep the chunks of the first data variable, if any, for the lazy path
-    chunks = next((v.chunksizes for v in tmpl.data_vars.values() if v.chunks), None)
-    tmpl = drop(tmpl)
-    return tmpl.assign_attrs(_xnp_chunks=dict(chunks)) if chunks else tmpl
+        return _Template(xr.Dataset(coords=coords))
+    src = data if targets is None else _as_dataset(targets, "targets")
+    main = max(src.data_vars.values(), key=lambda v: v.ndim, default=None)
+    located = [
+        str(v.attrs["grid_mapping"]) for v in src.data_vars.values() if "grid_mapping" in v.attrs
+    ] + [str(n) for n, v in src.data_vars.items() if "grid_mapping_name" in v.attrs]
+    kept = list(keep)
+    present = {
+        k: v
+        for k, v in (names or {}).items()
+        if k in ("lat", "lon", "elevation") and isinstance(v, str) and v in src.variables
+    }
+    try:
+        layout = find_coords(src, **present)
+    except XnpError:
+        layout = None  # nothing more to keep: to_points will say what is missing
+    if layout is not None:
+        located += [n for n in (layout.lat, layout.lon, layout.x, layout.y) if n]
+        if "elevation" in keep and layout.elevation:
+            kept.append(layout.elevation)
+    src = src.set_coords([n for n in dict.fromkeys(located) if n in src.data_vars])
+    tmpl = src.drop_vars([v for v in src.data_vars if v not in kept])
+    chunks = {}
+    if targets is not None:  # the chunks of the first chunked data variable, for the lazy path
+        first = next((v.chunksizes for v in src.data_vars.values() if v.chunks), {})
+        chunks = {d: c for d, c in first.items() if d in tmpl.dims}
+    order = () if main is None else tuple(str(d) for d in main.dims)
+    return _Template(tmpl, chunks, order)
 
 
 def _points(ps: PointSet, model: Any, *, values: bool, t: Any = None, source: int = 0) -> Points:
@@ -146,6 +200,7 @@ class _Payload:
     names: dict[str, Any]
     dims: tuple[str, ...]
     covariates: tuple[str, ...]
+    template_attrs: dict[str, dict]
     context: Points | None
     radius_km: float | None
     model: Any
@@ -163,7 +218,7 @@ class _Payload:
             {d: slice(start, stop) for d, (start, stop) in zip(self.dims, where, strict=True)}
         )
         for name, values in zip(self.covariates, covariates, strict=True):
-            sub[name] = (self.dims, values)
+            sub[name] = xr.Variable(self.dims, values, self.template_attrs.get(name))  # units
         targets = to_points(sub, None, covariates=self.model.covariates, **self.names)
         out = np.full((int(np.prod(shape)), 2 * len(self.model.variables)), np.nan, np.float32)
         if len(targets):
@@ -185,7 +240,7 @@ def _lazy(
 ) -> xr.Dataset:  # fmt: skip
     """The prediction as dask arrays, one task per block of the targets' chunks."""
     block_chunks = da.core.normalize_chunks(
-        tuple(chunks.get(d, -1) for d in targets.dims), targets.shape
+        tuple(chunks.get(d, -1) for d in targets.dims), targets.shape, dtype=np.float32
     )
     args = [c.rechunk(block_chunks) for c in lazy_covariates]
     if not args:  # no covariate to read: the blocks come from a placeholder
@@ -415,7 +470,7 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     model = ctx.model
     names = _names(model, template)
     if opts.chunks:  # the covariates are read block by block, not here
-        data_covariates = tuple(c for c in model.covariates if c in template.data_vars)
+        data_covariates = tuple(map(str, template.data_vars))  # all read at the targets
         light = template.drop_vars(list(data_covariates))
         # coordinates are read here, once (the blocks slice them and never compute)
         lazy_coords = [k for k, v in light.coords.items() if v.chunks is not None]
@@ -436,10 +491,15 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
         )
     if opts.chunks:
         state = None if opts.radius_km is not None else ctx.state()
+        attrs = {c: dict(template[c].attrs) for c in data_covariates}
         payload = _Payload(ctx.predictor, state, light, names, tgt_ps.dims, data_covariates,
-                           ctx.points, opts.radius_km, model, t_target)  # fmt: skip
+                           attrs, ctx.points, opts.radius_km, model, t_target)  # fmt: skip
         lazy = [_as_dask(template[c], tgt_ps.dims, tgt_ps.shape) for c in data_covariates]
         return _lazy(payload, lazy, tgt_ps, opts.chunks, ctx.attrs)
+    if not len(tgt_ps):  # every target lacks a covariate: NaN, as in the lazy path
+        empty = np.full((len(tgt_ps), len(model.variables)), np.nan, np.float32)
+        return predictions_to_xarray(tgt_ps, empty, empty, list(model.variables),
+                                     attrs=ctx.attrs)  # fmt: skip
     targets = _points(tgt_ps, model, values=False, t=t_target)
     if opts.radius_km is None:
         mean, std = ctx.predictor.predict_state(ctx.state(), targets)
@@ -599,8 +659,10 @@ def predict(
             f"the context has no variable {missing}; the model predicts {list(model.variables)} "
             f"and the data holds {list(data.data_vars)}."
         )
-    template = _template(targets, data, tuple(getattr(model, "covariates", None) or ()))
-    chunks = _check_chunks(chunks or template.attrs.pop("_xnp_chunks", {}), template)
+    where = _template(targets, data, tuple(getattr(model, "covariates", None) or ()),
+                      getattr(model, "coords", None))  # fmt: skip
+    template = where.points
+    chunks = _check_chunks(chunks or where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,
                     _check_sources(model, context_sources))  # fmt: skip
@@ -608,16 +670,18 @@ def predict(
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task
     if isinstance(task, ForecastTasks):
-        return _forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
+        return where.arrange(
+            _forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
+        )
     if lead_time is not None:
         raise ConfigError(
             "lead_time is for forecast models; this model interpolates at the context's "
             "own time. Select times with `time=`."
         )
-    return predict_each_time(
+    return where.arrange(predict_each_time(
         data, template, layout, time,
         lambda frame, tmpl: _one_time(model, frame, tmpl, opts), require=model.variables,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def predict_each_time(
@@ -638,9 +702,24 @@ def predict_each_time(
     of any of ``require`` raise :class:`~xnp.errors.EmptyDataError`.
     """
     if layout.time is None:
+        if time is not None:
+            raise ConfigError(
+                f"time={time!r} selects times, but the context has no time coordinate: it is "
+                "one moment. Drop time=, or give a context with a time coordinate."
+            )
         return one_time(data, template)
     tmpl_time = find_coords(template).time if template.data_vars or template.coords else None
     if layout.time_dim is None:  # a single frame with a scalar time: keep its label
+        if data[layout.time].ndim:
+            raise ConfigError(
+                f"the context has one time per observation ({layout.time!r} along "
+                f"{data[layout.time].dims}), not a time axis; predictions are made from the "
+                "observations of one time. Give the observations a time dimension, e.g. "
+                "(time, station), or select a window and drop the per-point times: "
+                f"data.drop_vars({layout.time!r})."
+            )
+        if time is not None:
+            _select_times(data.set_coords(layout.time).expand_dims(layout.time), layout, time)
         return one_time(data, _at_time(template, data, layout, tmpl_time))
     if time is None and tmpl_time is not None and tmpl_time in template.dims:
         time = template[tmpl_time].values  # the template asks for these times
@@ -811,6 +890,16 @@ def _at_time(template: xr.Dataset, frame: xr.Dataset, layout: Any, tmpl_time: An
                 "give targets without a time dimension (one grid for every time), or with "
                 "the times to predict."
             ) from err
-    if tmpl_time is not None:
-        template = template.drop_vars(tmpl_time)
-    return template.assign_coords({layout.time: t})
+    # the template's scalar times (its time, and others such as a valid_time) would
+    # label every prediction with the template's moment: dropped
+    scalar_times = [
+        str(k) for k, v in template.coords.items() if v.ndim == 0 and _is_time_value(v.values)
+    ]
+    return template.drop_vars(scalar_times).assign_coords({layout.time: t})
+
+
+def _is_time_value(value: np.ndarray) -> bool:
+    """Whether a scalar coordinate's value is a date (numpy datetime or cftime)."""
+    return np.issubdtype(value.dtype, np.datetime64) or (
+        value.dtype == object and hasattr(value.item(), "calendar")
+    )

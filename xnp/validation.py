@@ -16,6 +16,7 @@ dimension.  A grid can be cross-validated as points after
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.coords import find_coords, latlon, resolve_variables
-from xnp.errors import ConfigError, DimensionError
+from xnp.errors import ConfigError, DimensionError, EmptyDataError
 from xnp.evaluate import evaluate
 
 __all__ = ["BlockKFold", "LeaveOneOut", "cross_val_predict", "cross_validate"]
@@ -105,20 +106,24 @@ class BlockKFold:
         if (spacing_deg is None) == (n_blocks is None):
             raise ConfigError("give exactly one of spacing_deg and n_blocks.")
         if spacing_deg is not None:
-            spacing = np.broadcast_to(np.asarray(spacing_deg, np.float64), (2,))
+            spacing = _pair(spacing_deg, "spacing_deg", np.float64)
             if not np.all(spacing > 0):
                 raise ConfigError(f"spacing_deg must be positive; got {spacing_deg!r}.")
             self.spacing_deg: tuple[float, float] | None = (float(spacing[0]), float(spacing[1]))
             self.n_blocks: tuple[int, int] | None = None
         else:
-            counts = np.broadcast_to(np.asarray(n_blocks), (2,))
+            counts = _pair(n_blocks, "n_blocks", None)
             if not (np.issubdtype(counts.dtype, np.integer) and np.all(counts >= 1)):
                 raise ConfigError(f"n_blocks must be positive integers; got {n_blocks!r}.")
             self.spacing_deg = None
             self.n_blocks = (int(counts[0]), int(counts[1]))
-        if not isinstance(n_splits, int) or n_splits < 2:
+        if (
+            not isinstance(n_splits, numbers.Integral)
+            or isinstance(n_splits, bool)
+            or n_splits < 2
+        ):
             raise ConfigError(f"n_splits must be an integer ≥ 2; got {n_splits!r}.")
-        self.n_splits = n_splits
+        self.n_splits = int(n_splits)
         self.shuffle = shuffle
         self.seed = seed
 
@@ -179,6 +184,19 @@ class BlockKFold:
         return self.split_points(*_point_latlon(data))
 
 
+def _pair(value: Any, name: str, dtype: Any) -> np.ndarray:
+    """One value or a (latitude, longitude) pair, as an array of two."""
+    try:
+        array = np.asarray(value, dtype)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{name} must be a number or a pair of numbers; got {value!r}.") from err
+    if array.size not in (1, 2) or array.ndim > 1:
+        raise ConfigError(
+            f"{name} must be one number or a (latitude, longitude) pair; got {value!r}."
+        )
+    return np.broadcast_to(array.ravel(), (2,))
+
+
 def _bin(values: np.ndarray, n: int) -> np.ndarray:
     """Index of ``n`` equal bins spanning the values' range (the maximum in the last)."""
     lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
@@ -219,13 +237,35 @@ def _folds(
             continue
         if len(train) == 0:
             raise ConfigError("a fold leaves no training point; use more points or folds.")
-        pred = predictor_fn(data.isel({dim: train}), template.isel({dim: test}))
+        targets = template.isel({dim: test})
+        pred = predictor_fn(data.isel({dim: train}), targets)
         if not isinstance(pred, xr.Dataset):
             raise ConfigError(
                 f"predictor_fn must return the Dataset of xnp.predict ({{var}}_mean, "
                 f"{{var}}_std); got {type(pred)}."
             )
-        yield test, pred
+        yield test, _in_order_of(pred, targets, dim)
+
+
+def _in_order_of(pred: xr.Dataset, targets: xr.Dataset, dim: str) -> xr.Dataset:
+    """``pred`` with its points in the order of ``targets`` (matched by label).
+
+    A predictor may return its points in another order; the folds are put back
+    together by position, so they are matched here by the point dimension's index
+    when both have one (without an index the order is taken as given).
+    """
+    if dim not in pred.dims or dim not in pred.indexes or dim not in targets.indexes:
+        return pred
+    want, have = targets.indexes[dim], pred.indexes[dim]
+    if have.equals(want):
+        return pred
+    where = have.get_indexer(want) if have.is_unique else np.full(len(want), -1)
+    if len(have) != len(want) or (where < 0).any():
+        raise ConfigError(
+            f"predictor_fn returned points along {dim!r} that are not the {len(want)} target "
+            "points it was given; it must predict at exactly the targets."
+        )
+    return pred.isel({dim: where})
 
 
 def _prepare(data: xr.Dataset | xr.DataArray, variable: str | Sequence[str] | None):
@@ -276,7 +316,10 @@ def cross_val_predict(
     """
     data, variables = _prepare(data, variable)
     dim, _ = _point_dim(data, variables[0])
-    tests, preds = zip(*_folds(predictor_fn, data, variables, cv), strict=True)
+    folds = list(_folds(predictor_fn, data, variables, cv))
+    if not folds:
+        raise ConfigError("cv yielded no fold with test points.")
+    tests, preds = zip(*folds, strict=True)
     order = np.argsort(np.concatenate(tests), kind="stable")
     return xr.concat(preds, dim=dim).isel({dim: order})
 
@@ -343,25 +386,40 @@ def cross_validate(
     for test, pred in _folds(predictor_fn, data, variables, cv):
         tests.append(test)
         preds.append(pred)
-        scores.append(evaluate(pred, data.isel({point_dim: test}), variables=variables, dim=dim))
+        try:
+            fold = evaluate(pred, data.isel({point_dim: test}), variables=variables, dim=dim)
+        except EmptyDataError:  # no valid truth in this fold: n = 0, NaN scores (below)
+            fold = None
+        scores.append(fold)
     if not scores:
         raise ConfigError("cv yielded no fold with test points.")
-    order = np.argsort(np.concatenate(tests), kind="stable")
+    held = np.concatenate(tests)
+    order = np.argsort(held, kind="stable")
     pooled_pred = xr.concat(preds, dim=point_dim).isel({point_dim: order})
-    pooled = evaluate(pooled_pred, data, variables=variables, dim=dim)
+    # only the points some fold held out (a splitter need not hold out every point)
+    pooled = evaluate(pooled_pred, data.isel({point_dim: held[order]}), variables=variables,
+                      dim=dim)  # fmt: skip
+    kept = point_dim in pooled.dims
+    counts = {f"{v}_n": 0 for v in variables if f"{v}_n" in pooled}
+    nothing = xr.Dataset(
+        {k: xr.full_like(v, 0 if k in counts else np.nan, dtype=v.dtype if k in counts else float)
+         for k, v in pooled.data_vars.items()}, coords=pooled.coords, attrs=pooled.attrs,
+    )  # fmt: skip
+    for i, fold in enumerate(scores):
+        if fold is None:
+            rows = np.searchsorted(held[order], tests[i])
+            scores[i] = nothing.isel({point_dim: rows}) if kept else nothing
     labels = [str(i) for i in range(len(scores))] + ["pooled"]
     parts = [*scores, pooled]
-    kept = point_dim in pooled.dims
     if kept:
         # each fold scores its own test points: align the folds on the points' positions
         # (a point dimension need not have a coordinate), then give every fold the
         # coordinates of all points (an outer join would leave them NaN where a fold
         # held no test point)
         along = [c for c in pooled.coords if point_dim in pooled[c].dims]
-        positions = [*tests, np.arange(data.sizes[point_dim])]
+        positions = [*tests, held[order]]
         parts = [p.drop_vars(along).assign_coords({point_dim: i})
                  for p, i in zip(parts, positions, strict=True)]  # fmt: skip
-    counts = {f"{v}_n": 0 for v in variables if f"{v}_n" in pooled}
     out = xr.concat(parts, dim="fold", coords="minimal", compat="override", join="outer",
                     fill_value={**counts, **{k: np.nan for k in pooled.data_vars
                                              if k not in counts}})  # fmt: skip

@@ -229,9 +229,9 @@ def to_points(
         lon_grid=lon_grid,
     )
     coords_source = data[variables[0]] if variables else data
-    coords = xr.Coordinates(
-        {k: v.variable for k, v in coords_source.coords.items() if set(v.dims) <= set(dims)}
-    )
+    # the coordinates over the point dims, with their indexes (a stacked grid's MultiIndex)
+    along = [k for k, v in coords_source.coords.items() if set(v.dims) <= set(dims)]
+    coords = coords_source.coords.to_dataset()[along].coords
     points = PointSet(
         lat=lat,
         lon=lon,
