@@ -361,7 +361,11 @@ def cross_validate(
         whose labels are ``"0"``, ``"1"``, ... for the folds and ``"pooled"`` for all
         out-of-fold predictions scored together (not the mean of the folds).  When
         the point dimension is kept (``dim="time"``: scores per station), a fold's
-        scores are NaN (``n = 0``) at the stations it did not hold out.
+        scores are NaN (``n = 0``) at the stations it did not hold out.  Points that
+        no fold holds out are not scored; a fold whose held-out points have no valid
+        truth gets ``n = 0`` and NaN scores.  The predictions of a fold are matched to
+        its targets by the point dimension's labels when it has them (a predictor may
+        return the points in any order).
 
     Examples
     --------
