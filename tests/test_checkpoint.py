@@ -172,6 +172,32 @@ def test_save_refuses_to_replace_a_foreign_directory(model, tmp_path):
     with pytest.raises(CheckpointError, match="not an xnp directory"):
         model.save(tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "precious"
+    # a project folder with a config.json of its own is not a saved model either
+    (tmp_path / "config.json").write_text('{"foo": 1}')
+    with pytest.raises(CheckpointError, match=r"config\.json is not xnp's"):
+        model.save(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("weights", "x", "not compatible"),
+        ("normaliser", "x", "not compatible"),
+        ("task", "SpatialTasks", "not compatible"),
+        ("variables", "t2m", "list of names"),
+        ("covariates", None, "list of names"),
+        ("coords", [1, 2], "must be a mapping"),
+        ("weights", {"file": "/etc/passwd"}, "a name in the model directory"),
+    ],
+)
+def test_loading_a_config_with_wrong_field_types_raises(model, tmp_path, field, value, match):
+    path = model.save(tmp_path / "model")
+    meta = json.loads((path / "config.json").read_text())
+    meta[field] = value
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=match):
+        xnp.load(path)
 
 
 @pytest.fixture
@@ -285,6 +311,8 @@ def test_ctrl_c_returns_the_model_and_resume_continues(tmp_path, monkeypatch):
     resumed = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
     full = gp_data().np.fit("field", steps=75, **ARGS)
     assert_same_params(full, resumed)
+    # the losses of the steps between the last history row and the interrupt count too
+    np.testing.assert_array_equal(resumed.history_.train_nll, full.history_.train_nll)
 
 
 CHILD = """

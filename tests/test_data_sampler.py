@@ -153,6 +153,18 @@ def test_config_errors(grid):
         WindowTasks(units="miles")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="window holds"):
         WindowTasks(task=WindowTasks())  # type: ignore[arg-type]
+    for bad in (
+        lambda: ForecastTasks(frames=2.5),  # would put a frame after the reference time
+        lambda: ForecastTasks(frames=True),
+        lambda: SpatialTasks(context_count=2.5),
+        lambda: SpatialTasks(max_context=10.5),
+        lambda: WindowTasks(min_points=0.5),
+    ):
+        with pytest.raises(ConfigError, match="positive integer"):
+            bad()
+    with pytest.raises(ConfigError, match="positive number"):
+        ForecastTasks(step=float("inf"))
+    assert ForecastTasks(frames=np.int64(3)).offsets.tolist() == [-12.0, -6.0, 0.0]
     with pytest.raises(ConfigError, match="task must be"):
         TaskSampler(grid, "t2m", "spatial")  # type: ignore[arg-type]
     static = grid.isel(time=0, drop=True)

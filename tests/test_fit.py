@@ -168,7 +168,7 @@ def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
         ({"covariates": ["orography"]}, VariableNotFoundError, "Covariate 'orography'"),
         ({"validation": 1.5}, ConfigError, "validation must be a fraction"),
         ({"resume": True}, ConfigError, "checkpoint_dir"),
-        ({"learning_rate": "1e-3"}, ConfigError, "learning_rate must be a positive number"),
+        ({"learning_rate": "1e-3"}, ConfigError, "learning_rate must be a positive finite"),
         ({"tasks": "spatial"}, ConfigError, "tasks must be a task specification"),
         ({"seed": -1}, ConfigError, "seed must be a non-negative integer"),
         ({"seed": "0"}, ConfigError, "seed must be a non-negative integer"),
@@ -178,6 +178,12 @@ def test_user_config_gets_data_dependent_fields_and_timeless_data_warns():
         ({"validation": slice(None, None)}, ConfigError, "must leave some for training"),
         ({"validation": {"time": 3}}, ConfigError, "validation must be a fraction"),
         ({"covariates": "orography"}, VariableNotFoundError, "Covariate 'orography'"),
+        ({"learning_rate": float("inf")}, ConfigError, "positive finite number"),
+        ({"steps": True}, ConfigError, "steps must be a positive integer"),
+        ({"batch_size": True}, ConfigError, "batch_size must be a positive integer"),
+        ({"variable": []}, ConfigError, "one or more distinct variables"),
+        ({"variable": ["field", "field"]}, ConfigError, "one or more distinct variables"),
+        ({"config": "fast"}, ConfigError, "config must be an xnp.TrainConfig"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):
@@ -195,6 +201,9 @@ def test_validation_data_sharing_training_frames_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         train.np.fit("field", validation=held_out, **args)
+        # other places at the same times (same grid size): a spatial split, no warning
+        moved = ds.assign_coords(lat=ds.lat + 1.0).isel(time=slice(32, None))
+        ds.np.fit("field", validation=moved, **args)
 
 
 def test_validation_times_are_held_out_of_training():

@@ -127,6 +127,8 @@ def test_fit_with_a_station_source(grid, stations):
     )  # fmt: skip
     assert model.sources == ("data", "stations")
     assert model.config.dim_x == 2
+    # the stations add to the context of every task: the padded size makes room for them
+    assert model.training["context_size"] >= 6 * 7 - 1 + 9
     assert model.training["sources"] == ["data", "stations"]
     out = grid.isel(time=3).np.predict(model, TARGETS, context_sources={"stations": stations})
     assert np.isfinite(out.t2m_mean).all()

@@ -43,6 +43,7 @@ from xnp.errors import (
     ConfigError,
     EmptyDataError,
     VariableNotFoundError,
+    XnpError,
     XnpWarning,
 )
 from xnp.estimator import (
@@ -108,8 +109,24 @@ def _inner(task: Tasks) -> SpatialTasks | ForecastTasks:
     return task.task if isinstance(task, WindowTasks) else task
 
 
-def _point_bounds(data: xr.Dataset, variable: str, task: Tasks) -> tuple[int, int]:
-    """Upper bounds on the context and target points of one task."""
+def _point_bounds(
+    data: xr.Dataset, variable: str, task: Tasks, sources: Mapping[str, xr.Dataset] | None = None
+) -> tuple[int, int]:
+    """Upper bounds on the context and target points of one task.
+
+    The extra context ``sources`` add their points to every task's context.
+    """
+    n = _points_per_frame(data, variable, task)
+    inner = _inner(task)
+    frames = inner.frames if isinstance(inner, ForecastTasks) else 1
+    extra = frames * sum(_points_per_frame(s, variable, task) for s in (sources or {}).values())
+    if isinstance(inner, ForecastTasks):
+        return min(inner.max_context, frames * n + extra), min(inner.max_targets, n)
+    return min(inner.max_context, max(n - 1, 1) + extra), min(inner.max_targets, max(n - 1, 1))
+
+
+def _points_per_frame(data: xr.Dataset, variable: str, task: Tasks) -> int:
+    """Points of one frame of ``data`` a task can hold (those in a window, for windows)."""
     layout = find_coords(data, variable)
     n = int(np.prod([data.sizes[d] for d in layout.point_dims]))
     if isinstance(task, WindowTasks):
@@ -122,10 +139,7 @@ def _point_bounds(data: xr.Dataset, variable: str, task: Tasks) -> tuple[int, in
             for i in centres
         ]
         n = min(n, int(1.25 * max(counts)) + 1)
-    inner = _inner(task)
-    if isinstance(inner, ForecastTasks):
-        return min(inner.max_context, inner.frames * n), min(inner.max_targets, n)
-    return min(inner.max_context, max(n - 1, 1)), min(inner.max_targets, max(n - 1, 1))
+    return n
 
 
 def _round_up(n: int, multiple: int = 16) -> int:
@@ -311,6 +325,7 @@ def _read_state(
         best_step=int(stored.get("best_step", 0)),
         best_nll=best_nll,
         history=history,
+        pending_losses=tuple(float(x) for x in stored.get("pending_losses", [])),
     )
 
 
@@ -331,6 +346,15 @@ def _warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> N
         and (d not in data.coords or np.array_equal(data[d].values, val_data[d].values))
         for d in space
     )
+    if same_places:  # the same sizes; the same locations too? (stations need not be)
+        try:
+            val_layout = find_coords(val_data)
+            same_places = all(
+                np.allclose(a, b, equal_nan=True)
+                for a, b in zip(latlon(data, layout), latlon(val_data, val_layout), strict=True)
+            )
+        except (XnpError, ValueError):
+            pass  # cannot tell: warn on the sizes alone
     if shared.size and same_places:
         warnings.warn(
             f"the validation data share {shared.size} time(s) with the training data at the "
@@ -499,12 +523,17 @@ def fit(
         variable = variable or name
     if variable is None:
         raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
-    if not isinstance(steps, int | np.integer) or steps < 1:
-        raise ConfigError(f"steps must be a positive integer; got {steps!r}.")
-    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise ConfigError(f"batch_size must be a positive integer; got {batch_size!r}.")
-    if not _is_real(learning_rate) or not learning_rate > 0:
-        raise ConfigError(f"learning_rate must be a positive number; got {learning_rate!r}.")
+    for name, count in (("steps", steps), ("batch_size", batch_size)):
+        if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
+    if not _is_real(learning_rate) or not 0 < learning_rate < math.inf:
+        raise ConfigError(
+            f"learning_rate must be a positive finite number; got {learning_rate!r}."
+        )
+    if config is not None and not isinstance(config, TrainConfig):
+        raise ConfigError(f"config must be an xnp.TrainConfig or None; got {config!r}.")
+    if covariates is None:
+        covariates = ()
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
     if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
@@ -516,6 +545,10 @@ def fit(
         covariates = [covariates]  # one name, not its letters
     if resume and checkpoint_dir is None:
         raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
+    if not isinstance(variable, str) and (
+        not variable or len(set(map(str, variable))) != len(variable)
+    ):
+        raise ConfigError(f"variable must name one or more distinct variables; got {variable!r}.")
     variables = resolve_variables(data, variable)
     covariates = list(covariates)
     _check_covariates(data, covariates)
@@ -549,7 +582,7 @@ def fit(
         else:
             fraction = float(validation)
     task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
-    bound_c, bound_t = _point_bounds(data, variables[0], task)
+    bound_c, bound_t = _point_bounds(data, variables[0], task, extra)
     nc = config.context_size or _round_up(bound_c)
     nt = config.target_size or _round_up(bound_t)
     task = _with_caps(task, nc, nt)
@@ -599,6 +632,9 @@ def fit(
     if val_data is not None:
         layout_v = find_coords(val_data, variables[0])
         run["validation_data"] = _fingerprint(val_data, layout_v, variables)
+    for name, src in extra.items():  # the extra context sources are data of the fit too
+        held = [v for v in variables if v in src.data_vars]
+        run[f"source_data/{name}"] = _fingerprint(src, find_coords(src, held[0]), held)
     run = json.loads(json.dumps(run))  # the form it takes in config.json
     state = TrainState(step=0, params=params, opt_state=config.init_optimizer(params))
     checkpoints = None
@@ -642,6 +678,7 @@ def fit(
             record: dict[str, Any] = {
                 "step": s.step, "best_step": s.best_step, "run": run,
                 "best_nll": None if math.isinf(s.best_nll) else s.best_nll,
+                "pending_losses": list(s.pending_losses),
                 "opt_state_sha256": ckpt.write_arrays(
                     tmp / "opt_state.safetensors", ckpt.tree_to_arrays(s.opt_state, by_path=False)
                 ),

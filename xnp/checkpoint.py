@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -225,33 +225,47 @@ def _exchange(a: Path, b: Path) -> bool:
     return result == 0
 
 
-def check_replaceable(path: str | os.PathLike, marker: str | tuple[str, ...]) -> None:
+def check_replaceable(
+    path: str | os.PathLike,
+    marker: str | tuple[str, ...],
+    recognise: Callable[[Path], bool] | None = None,
+) -> None:
     """Raise :class:`CheckpointError` unless ``path`` is absent, empty or holds ``marker``.
 
     ``marker`` is a file name, or several (any one will do): what
     :func:`atomic_directory` requires before it replaces an existing directory.
+    ``recognise(path)``, when given, must also say the directory is one of ours
+    (e.g. that its ``config.json`` is an xnp model's, not any project's).
     """
     target = _expand(path)
     markers = (marker,) if isinstance(marker, str) else tuple(marker)
-    if not target.exists() or any((target / m).is_file() for m in markers):
+    if not target.exists():
+        return
+    if any((target / m).is_file() for m in markers) and (recognise is None or recognise(target)):
         return
     if not target.is_dir() or any(target.iterdir()):
+        found = [m for m in markers if (target / m).is_file()]
+        why = f"its {found[0]} is not xnp's" if found else f"no {' or '.join(markers)}"
         raise CheckpointError(
-            f"{target} exists and is not an xnp directory (no {' or '.join(markers)}); "
-            "refusing to replace it. Choose another path or remove it."
+            f"{target} exists and is not an xnp directory ({why}); refusing to replace it. "
+            "Choose another path or remove it."
         )
 
 
 @contextlib.contextmanager
 def atomic_directory(
-    path: str | os.PathLike, *, marker: str | tuple[str, ...] = "config.json"
+    path: str | os.PathLike,
+    *,
+    marker: str | tuple[str, ...] = "config.json",
+    recognise: Callable[[Path], bool] | None = None,
 ) -> Iterator[Path]:
     """Write a directory atomically: yield a temporary directory, then swap it in.
 
     The caller writes every file into the yielded directory.  When the block ends
     without an error the directory replaces ``path`` in one step; an existing
-    ``path`` is replaced only if it holds ``marker`` (or one of several; so a
-    directory that is not an xnp one is never deleted).  On error the temporary
+    ``path`` is replaced only if it holds ``marker`` (or one of several) and, if
+    given, ``recognise(path)`` is true (so a directory that is not an xnp one is
+    never deleted).  On error the temporary
     directory is removed and ``path`` is untouched.
 
     A leading ``~`` in ``path`` is expanded to the home directory.  The directory
@@ -268,7 +282,7 @@ def atomic_directory(
     ['config.json']
     """
     target = _expand(path)
-    check_replaceable(target, marker)
+    check_replaceable(target, marker, recognise)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -359,7 +360,7 @@ class NeuralProcess:
         Path
             The directory written.
         """
-        with ckpt.atomic_directory(path) as tmp:
+        with ckpt.atomic_directory(path, recognise=_is_saved_model) as tmp:
             self.write_files(tmp)
         return Path(path).expanduser()
 
@@ -472,6 +473,22 @@ def params_template(config: Any) -> nnx.State:
     return state
 
 
+def _names_list(meta: Mapping[str, Any], key: str, *, required: bool = False) -> list[str]:
+    """``meta[key]``: a list of names (a missing optional one is empty)."""
+    value = meta[key] if required else meta.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CheckpointError(f"config.json: {key!r} must be a list of names; got {value!r}.")
+    return value
+
+
+def _is_saved_model(directory: Path) -> bool:
+    """Whether ``directory`` holds a model saved by xnp (its config.json says so)."""
+    try:
+        return json.loads((directory / "config.json").read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def load(path: str | os.PathLike) -> NeuralProcess:
     """Load a saved :class:`NeuralProcess`.
 
@@ -513,17 +530,27 @@ def load(path: str | os.PathLike) -> NeuralProcess:
     try:
         config = config_from_dict(meta["model"])
         normaliser = Normaliser.from_json(meta["normaliser"])
-        variables = [str(v) for v in meta["variables"]]
+        variables = _names_list(meta, "variables", required=True)
+        names = {k: _names_list(meta, k) for k in ("covariates", "sources")}
         task = None if meta.get("task") is None else task_from_dict(meta["task"])
         weights = meta["weights"]
+        file, digest = weights["file"], weights.get("sha256")
+        if not isinstance(file, str) or Path(file).name != file:
+            raise CheckpointError(
+                f"{directory}/config.json: the weights file must be a name in the model "
+                f"directory; got {file!r}."
+            )
+        for key in ("coords", "training"):
+            if not isinstance(meta.get(key) or {}, Mapping):
+                raise CheckpointError(f"{directory}/config.json: {key!r} must be a mapping.")
         history_blob = ckpt.read_json(directory / "history.json")
-    except (KeyError, TypeError) as err:
-        raise CheckpointError(f"{directory}/config.json is incomplete: missing {err}.") from err
     except CheckpointError:
         raise
-    except XnpError as err:
+    except KeyError as err:
+        raise CheckpointError(f"{directory}/config.json is incomplete: missing {err}.") from err
+    except (TypeError, ValueError, AttributeError, XnpError) as err:
         raise CheckpointError(f"{directory}/config.json is not compatible: {err}") from err
-    arrays = ckpt.read_arrays(directory / str(weights.get("file")), weights.get("sha256"))
+    arrays = ckpt.read_arrays(directory / str(file), digest)
     params = jax.tree.map(jnp.asarray, ckpt.arrays_to_tree(params_template(config), arrays))
     units = [normaliser.stats[v].units if v in normaliser.stats else None for v in variables]
     try:
@@ -535,8 +562,8 @@ def load(path: str | os.PathLike) -> NeuralProcess:
         params,
         normaliser=normaliser,
         variables=variables,
-        covariates=meta.get("covariates", []),
-        sources=meta.get("sources", []),
+        covariates=names["covariates"],
+        sources=names["sources"],
         coords=meta.get("coords"),
         task=task,
         history=history,

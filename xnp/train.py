@@ -328,6 +328,9 @@ class TrainState:
     )
     #: Whether the run was stopped early by an interrupt (Ctrl-C) at ``step``.
     interrupted: bool = False
+    #: Training losses of the steps since the last history row (an interrupt can
+    #: stop between rows; resuming averages them into the next row, as without it).
+    pending_losses: tuple[float, ...] = ()
 
 
 def _gradient_transform(config: TrainConfig) -> optax.GradientTransformation:
@@ -503,7 +506,7 @@ def train(
     scale = np.asarray(value_scale, np.float64)
     history = {k: list(v) for k, v in state.history.items()}
     best_step, best_nll = state.best_step, state.best_nll
-    losses: list[jax.Array] = []
+    losses: list[jax.Array] = [jnp.asarray(x, jnp.float32) for x in state.pending_losses]
     start = state.step
     fetch = _Prefetcher(
         lambda k: jax.device_put(batch_fn(k), sharded), start, steps, config.prefetch
@@ -558,8 +561,9 @@ def train(
         fetch.close()
         bar.close()
     if interrupted:
+        pending = tuple(float(x) for x in losses)
         return _interrupted(
-            TrainState(done, params, opt_state, best, best_step, best_nll, history, True),
+            TrainState(done, params, opt_state, best, best_step, best_nll, history, True, pending),
             steps,
             on_checkpoint,
         )

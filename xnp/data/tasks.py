@@ -14,6 +14,8 @@ Three kinds, as frozen dataclasses (see :class:`~xnp.data.sampler.TaskSampler`):
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Literal
 
 import numpy as np
@@ -36,8 +38,15 @@ def _check_range(name: str, value: float | tuple[float, float], low: float, high
 
 def _check_positive(**values: float) -> None:
     for name, value in values.items():
-        if not value > 0:
-            raise ConfigError(f"{name} must be positive; got {value!r}.")
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not real or not 0 < value < math.inf:
+            raise ConfigError(f"{name} must be a positive number; got {value!r}.")
+
+
+def _check_count(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,7 +78,9 @@ class SpatialTasks:
         _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
         if self.context_count is not None:
             _check_range("context_count", self.context_count, 1, np.inf)
-        _check_positive(max_context=self.max_context, max_targets=self.max_targets)
+            for count in _pair(self.context_count):
+                _check_count(context_count=count)
+        _check_count(max_context=self.max_context, max_targets=self.max_targets)
 
     def draw_context_size(self, rng: np.random.Generator, n: int) -> int:
         """Draw the number of context points for a task with ``n`` observed points (1 to n-1)."""
@@ -117,9 +128,10 @@ class ForecastTasks:
     max_targets: int = 4096
 
     def __post_init__(self) -> None:
-        _check_positive(frames=self.frames, step=self.step, lead=self.lead)
+        _check_count(frames=self.frames)
+        _check_positive(step=self.step, lead=self.lead)
         _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
-        _check_positive(max_context=self.max_context, max_targets=self.max_targets)
+        _check_count(max_context=self.max_context, max_targets=self.max_targets)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -155,7 +167,8 @@ class WindowTasks:
     min_points: int = 4
 
     def __post_init__(self) -> None:
-        _check_positive(size=self.size, min_points=self.min_points)
+        _check_positive(size=self.size)
+        _check_count(min_points=self.min_points)
         if not isinstance(self.task, SpatialTasks | ForecastTasks):
             raise ConfigError(f"A window holds SpatialTasks or ForecastTasks; got {self.task!r}.")
         if self.units not in ("deg", "km"):
