@@ -264,3 +264,56 @@ def test_a_region_across_the_antimeridian_is_one_map(convention, tmp_path):
     lo, hi = plot_stations(west, coastlines=False).axes[0].get_xlim()
     assert -12.0 < lo < -10.0
     assert 1.0 < hi < 3.0
+
+
+def test_layouts_times_and_inputs_as_users_give_them(tmp_path):
+    from strategies import projected_dataset
+
+    from xnp.errors import ConfigError, CoordinateError
+
+    # a curvilinear grid of one row draws points, not an empty mesh
+    j, i = np.meshgrid(np.arange(1.0), np.arange(5.0), indexing="ij")
+    row = xr.Dataset(
+        {
+            "t_mean": (("y", "x"), np.arange(5.0).reshape(1, 5)),
+            "t_std": (("y", "x"), np.ones((1, 5))),
+        },
+        coords={"nav_lat": (("y", "x"), 40 + j + 0.1 * i), "nav_lon": (("y", "x"), 350 + i + j)},
+    )
+    fig = render(plot_prediction(row, coastlines=False), tmp_path / "row.png")
+    assert len(fig.axes[0].collections[0].get_offsets()) == 5
+    # a grid mapping, or lat/lon of a table, kept as data variables
+    render(plot_stations(projected_dataset(), "t2m", coastlines=False), tmp_path / "bng.png")
+    table = xr.Dataset(
+        {"lat": ("row", [50.0, 51.0]), "lon": ("row", [0.0, 1.0]), "t2m": ("row", [280.0, 281.0])}
+    )
+    fig = render(plot_stations(table, coastlines=False), tmp_path / "table.png")
+    assert fig.axes[0].collections[0].get_array().tolist() == [280.0, 281.0]
+    # grids get the same coordinate checks as stations
+    bad = xr.Dataset(
+        {"t_mean": (("lat", "lon"), np.ones((2, 2))), "t_std": (("lat", "lon"), np.ones((2, 2)))},
+        coords={"lat": [100.0, 120.0], "lon": [0.0, 1.0]},
+    )
+    with pytest.raises(CoordinateError, match="outside"):
+        plot_prediction(bad, coastlines=False)
+    # time= must be the time of a single-time prediction, and the context follows it
+    t = np.array(["2020-01-01T00", "2020-01-02T00"], "datetime64[ns]")
+    pred = xr.Dataset(
+        {
+            "t_mean": (("lat", "lon"), np.full((3, 4), 10.0)),
+            "t_std": (("lat", "lon"), np.ones((3, 4))),
+        },
+        coords={"time": t[1], "lat": [50.0, 51.0, 52.0], "lon": [0.0, 1.0, 2.0, 3.0]},
+    )
+    context = xr.Dataset(
+        {"t": (("time", "station"), [[1.0, 2.0], [30.0, 40.0]])},
+        coords={"time": t, "lat": ("station", [50.0, 51.0]), "lon": ("station", [1.0, 2.0])},
+    )
+    with pytest.raises(CoordinateError, match="is at 2020-01-02"):
+        plot_prediction(pred, context=context, time="2020-01-01T00", coastlines=False)
+    fig = plot_prediction(pred, context=context, time="2020-01-02", coastlines=False)
+    assert fig.axes[0].collections[0].get_array().tolist() == [30.0, 40.0]
+    with pytest.raises(CoordinateError, match="has no time"):
+        plot_prediction(pred.drop_vars("time"), time="1999-01-01", coastlines=False)
+    with pytest.raises(ConfigError, match="Dataset or DataArray"):
+        plot_stations(np.zeros(3))

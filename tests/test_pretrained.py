@@ -74,3 +74,18 @@ def test_context_statistics_reuse_the_model_structure():
     copies = [fresh.with_normaliser(fresh.normaliser, fresh.variables) for _ in range(2)]
     assert copies[0].graphdef is copies[1].graphdef is fresh.graphdef
     assert copies[0].params_ is fresh.params_
+
+
+def test_zero_shot_context_with_coordinates_as_data_variables(model):
+    # a station table (lat/lon as data variables, as from pandas): one variable to predict
+    rng = np.random.default_rng(0)
+    table = xr.Dataset(
+        {
+            "lat": ("row", rng.uniform(50, 54, 30)),
+            "lon": ("row", rng.uniform(-3, 2, 30)),
+            "t2m": ("row", 280.0 + rng.normal(size=30)),
+        }
+    )
+    out = xnp.predict(model, table)
+    assert list(out.data_vars) == ["t2m_mean", "t2m_std"]
+    assert np.isfinite(out.t2m_mean).all()

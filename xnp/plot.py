@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
-from xnp.data.coords import find_coords, latlon
+from xnp.data.coords import find_coords, latlon, locators_as_coords
 from xnp.data.points import to_points
 from xnp.errors import (
     ConfigError,
@@ -111,6 +111,16 @@ def _label(attrs: dict[Hashable, Any], fallback: str) -> str:
     return f"{name} [{units}]" if units else name
 
 
+def _as_xarray(obj: Any, what: str) -> xr.Dataset | xr.DataArray:
+    """``obj`` if it is a Dataset or DataArray; an xnp error naming ``what`` otherwise."""
+    if not isinstance(obj, xr.Dataset | xr.DataArray):
+        raise ConfigError(
+            f"{what} must be an xarray Dataset or DataArray; got {type(obj).__name__} "
+            "(a pandas table converts with .to_xarray())."
+        )
+    return obj
+
+
 def _pick_variable(pred: xr.Dataset, variable: str | None) -> str:
     """The predicted variable (``{variable}_mean`` and ``{variable}_std`` are in ``pred``)."""
     if not isinstance(pred, xr.Dataset):
@@ -134,6 +144,15 @@ def _pick_variable(pred: xr.Dataset, variable: str | None) -> str:
             f"{found}."
         )
     return variable
+
+
+def _same_moment(value: np.ndarray, time: Any) -> bool:
+    """Whether the scalar time ``value`` is ``time`` (or falls in it, for a date string)."""
+    probe = xr.DataArray([0], coords={"time": [value.item() if value.dtype == object else value]})
+    try:
+        return probe.sel(time=time).size > 0
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def _one_time(obj: xr.Dataset, name: str, time: Any, what: str) -> xr.Dataset:
@@ -166,6 +185,12 @@ def _one_time(obj: xr.Dataset, name: str, time: Any, what: str) -> xr.Dataset:
             raise DimensionError(
                 f"time={time!r} selects {obj.sizes[tdim]} times of the {what}; choose one."
             )
+    elif time is not None:  # one time, or none: time= must name it
+        has = layout.time is not None and obj[layout.time].ndim == 0
+        same = has and _same_moment(obj[layout.time].values, time)
+        if not same:
+            at = f"is at {_format_time(obj[layout.time].values)}" if has else "has no time"
+            raise CoordinateError(f"time={time!r} was asked for, but the {what} {at}.")
     point_dims = find_coords(obj, name).point_dims
     extra = [str(d) for d in obj[name].dims if d not in point_dims]
     if extra:
@@ -228,6 +253,7 @@ class _Field:
     def __init__(self, obj: xr.Dataset, name: str) -> None:
         layout = find_coords(obj, name)
         da = obj[name]
+        lat_grid, lon_grid = latlon(obj, layout)  # checks units, range, NaN: xnp errors
         if layout.kind == "grid":
             lat_dim, lon_dim = obj[layout.lat].dims[0], obj[layout.lon].dims[0]
             da = da.transpose(lat_dim, lon_dim)
@@ -241,9 +267,13 @@ class _Field:
                 self.lon, self.lat, self.values = lon2.ravel(), lat2.ravel(), self.values.ravel()
         else:
             self.columns = False
-            self.lat, self.lon = latlon(obj, layout)
+            self.lat, self.lon = lat_grid, lon_grid
             self.values = np.asarray(da.transpose(*layout.point_dims).values, np.float64)
-            self.mesh = len(layout.point_dims) == 2
+            # a curvilinear or projected grid of one row or column has no cell height
+            self.mesh = len(layout.point_dims) == 2 and min(self.values.shape) > 1
+            if not self.mesh:
+                self.lat, self.lon = self.lat.ravel(), self.lon.ravel()
+                self.values = self.values.ravel()
         self.attrs = dict(da.attrs)
         self.wrap_to(-180.0)
 
@@ -331,8 +361,10 @@ def _context_points(
     context: xr.Dataset | xr.DataArray, variable: str, pred_time: Any, time: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Latitude, longitude and value of the observed context points at the plotted time."""
+    context = _as_xarray(context, "the context")
     if isinstance(context, xr.DataArray):
         context = context.to_dataset(name=variable)
+    context, _ = locators_as_coords(context)
     if variable not in context.data_vars:
         raise VariableNotFoundError(
             f"The context has no variable {variable!r}; it holds {sorted(map(str, context))}."
@@ -408,6 +440,7 @@ def plot_prediction(
     """
     variable = _pick_variable(pred, variable)
     mean_name, std_name = f"{variable}_mean", f"{variable}_std"
+    pred, _ = locators_as_coords(pred)
     pred = _one_time(pred[[mean_name, std_name]], mean_name, time, "prediction")
     pred = pred.compute()  # a lazy prediction runs once for both fields, not once each
     mean, std = _Field(pred, mean_name), _Field(pred, std_name)
@@ -514,8 +547,10 @@ def plot_stations(
     >>> plot_stations(obs, coastlines=False).axes[0].get_title()
     't2m: 3 stations'
     """
+    data = _as_xarray(data, "the data")
     if isinstance(data, xr.DataArray):
         data = data.to_dataset(name=str(data.name) if data.name is not None else "value")
+    data, _ = locators_as_coords(data)  # lat/lon or a grid mapping kept as data variables
     if variable is None:
         if len(data.data_vars) != 1:
             raise VariableNotFoundError(

@@ -45,7 +45,7 @@ import scipy.spatial
 import xarray as xr
 
 from xnp.data.batch import source_channels
-from xnp.data.coords import find_coords, source_dataset
+from xnp.data.coords import find_coords, locators_as_coords, source_dataset
 from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
@@ -55,7 +55,6 @@ from xnp.errors import (
     CoordinateError,
     DimensionError,
     EmptyDataError,
-    XnpError,
     XnpWarning,
 )
 from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
@@ -120,24 +119,10 @@ def _template(
         return _Template(xr.Dataset(coords=coords))
     src = data if targets is None else _as_dataset(targets, "targets")
     main = max(src.data_vars.values(), key=lambda v: v.ndim, default=None)
-    located = [
-        str(v.attrs["grid_mapping"]) for v in src.data_vars.values() if "grid_mapping" in v.attrs
-    ] + [str(n) for n, v in src.data_vars.items() if "grid_mapping_name" in v.attrs]
+    src, layout = locators_as_coords(src, names)
     kept = list(keep)
-    present = {
-        k: v
-        for k, v in (names or {}).items()
-        if k in ("lat", "lon", "elevation") and isinstance(v, str) and v in src.variables
-    }
-    try:
-        layout = find_coords(src, **present)
-    except XnpError:
-        layout = None  # nothing more to keep: to_points will say what is missing
-    if layout is not None:
-        located += [n for n in (layout.lat, layout.lon, layout.x, layout.y) if n]
-        if "elevation" in keep and layout.elevation:
-            kept.append(layout.elevation)
-    src = src.set_coords([n for n in dict.fromkeys(located) if n in src.data_vars])
+    if "elevation" in keep and layout is not None and layout.elevation:
+        kept.append(layout.elevation)
     tmpl = src.drop_vars([v for v in src.data_vars if v not in kept])
     chunks = {}
     if targets is not None:  # the chunks of the first chunked data variable, for the lazy path
@@ -652,7 +637,8 @@ def predict(
         data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
     data = _as_dataset(data, "data")
     if getattr(model, "normalise", "fitted") == "context":
-        model = _zero_shot_variable(model, data)
+        located, _ = locators_as_coords(data, getattr(model, "coords", None))
+        model = _zero_shot_variable(model, located)
     missing = [v for v in model.variables if v not in data.data_vars]
     if missing:
         raise ConfigError(

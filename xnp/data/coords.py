@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import cf_xarray  # noqa: F401  (registers the .cf accessor)
@@ -32,13 +32,20 @@ import xarray as xr
 
 from xnp.data import _names
 from xnp.data.times import check_time_axis, time_hours
-from xnp.errors import ConfigError, CoordinateError, DimensionError, VariableNotFoundError
+from xnp.errors import (
+    ConfigError,
+    CoordinateError,
+    DimensionError,
+    VariableNotFoundError,
+    XnpError,
+)
 
 __all__ = [
     "Layout",
     "elevation_metres",
     "find_coords",
     "latlon",
+    "locators_as_coords",
     "resolve_variables",
     "source_dataset",
 ]
@@ -362,6 +369,35 @@ def find_coords(
         point_dims=point_dims,
         extra_dims=extra,
     )
+
+
+def locators_as_coords(
+    ds: xr.Dataset, names: Mapping[str, Any] | None = None
+) -> tuple[xr.Dataset, Any]:
+    """``ds`` with the variables that locate its points made coordinates, and its layout.
+
+    Latitude/longitude (or projected x/y) stored as data variables, as in a station
+    table read with pandas, and a CF grid-mapping variable, as ``xr.open_dataset``
+    gives it, are coordinates, not values to predict or covariates.  ``names`` are
+    coordinate names (``lat``, ``lon``, ``elevation``) to use, e.g. those recorded at
+    fit time.  The layout is
+    None when the coordinates cannot be found (the caller's next step says why).
+    """
+    located = [
+        str(v.attrs["grid_mapping"]) for v in ds.data_vars.values() if "grid_mapping" in v.attrs
+    ] + [str(n) for n, v in ds.data_vars.items() if "grid_mapping_name" in v.attrs]
+    present = {
+        k: v
+        for k, v in (names or {}).items()
+        if k in ("lat", "lon", "elevation") and isinstance(v, str) and v in ds.variables
+    }
+    try:
+        layout = find_coords(ds, **present)
+    except XnpError:
+        layout = None
+    if layout is not None:
+        located += [n for n in (layout.lat, layout.lon, layout.x, layout.y) if n]
+    return ds.set_coords([n for n in dict.fromkeys(located) if n in ds.data_vars]), layout
 
 
 def _find_projection(obj: XrObj, var: XrObj, crs: Any) -> tuple[str, str, str]:
