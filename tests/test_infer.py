@@ -138,6 +138,10 @@ def test_parsers():
         parse_distance_km("far")
     with pytest.raises(ConfigError, match="positive"):
         parse_distance_km(0.0)
+    with pytest.raises(ConfigError, match="memory size"):
+        parse_bytes("1.2.3GB")
+    with pytest.raises(ConfigError, match="distance"):
+        parse_distance_km("1.2.3km")
 
 
 def test_compact_chunks_partition_the_points_into_small_caps():
@@ -168,3 +172,45 @@ def test_chunks_are_balanced_not_mostly_padding(model):
     ctx, tgt = sphere_points(0, 150), sphere_points(1, 300, values=False)
     ref_mean, _ = jax.jit(lambda c, t: model(c, t))(ctx, tgt)
     np.testing.assert_allclose(pred.predict(ctx, tgt)[0], ref_mean, atol=1e-5)
+
+
+def test_regional_plan_edges_padding_and_bad_input(model):
+    from xnp.geo.distance import EARTH_RADIUS_KM
+
+    predictor = Predictor(model, chunk_size=64)
+    # a context point exactly at the radius is within it (float32 positions, metre accuracy)
+    context = Points.from_arrays(s=np.array([[[0.0, -2.7], [0.0, 1.0]]], np.float32),
+                                 f=np.ones((1, 2, 1)))  # fmt: skip
+    radius = np.deg2rad(np.float64(np.float32(2.7))) * EARTH_RADIUS_KM
+    ((_, near),) = predictor.regional_plan(
+        context, Points.from_arrays(s=np.zeros((1, 1, 2), np.float32)), radius
+    )
+    assert near.tolist() == [0, 1]
+    # masked (padding) targets take no part: anywhere, they change nothing
+    ctx = sphere_points(1, 200)
+    real = sphere_points(2, 50, values=False)
+    padded = Points.from_arrays(
+        s=np.concatenate([np.asarray(real.s), np.zeros((1, 30, 2))], 1),
+        mask=np.r_[np.ones(50, bool), np.zeros(30, bool)][None],
+    )
+    alone = predictor.predict(ctx, real, context_radius_km=300)[0]
+    with_pad = predictor.predict(ctx, padded, context_radius_km=300)[0][:, :50]
+    np.testing.assert_allclose(with_pad, alone, atol=1e-6)
+    # a masked NaN never reaches the outputs; a real one is an xnp error
+    f = np.asarray(ctx.f).copy()
+    f[0, 7] = np.nan
+    mask = np.ones((1, 200), bool)
+    mask[0, 7] = False
+    clean = predictor.predict(ctx.replace(mask=jnp.asarray(mask)), real)[0]
+    hidden = predictor.predict(ctx.replace(f=jnp.asarray(f), mask=jnp.asarray(mask)), real)[0]
+    np.testing.assert_allclose(hidden, clean, atol=1e-6)
+    with pytest.raises(ConfigError, match="missing"):
+        predictor.predict(ctx.replace(f=jnp.asarray(f)), real)
+    bad = np.asarray(real.s).copy()
+    bad[0, 3, 0] = np.nan
+    with pytest.raises(ConfigError, match="missing"):
+        predictor.predict(ctx, real.replace(s=jnp.asarray(bad)), context_radius_km=300)
+    # a planar model has no great-circle radius
+    plane = Predictor(BSATNP(BSATNPConfig.tiny(spatial_bias="euclidean"), rngs=nnx.Rngs(0)))
+    with pytest.raises(ConfigError, match="planar"):
+        plane.predict(ctx, real, context_radius_km=300)

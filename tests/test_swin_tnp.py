@@ -290,3 +290,18 @@ def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
     with pytest.warns(XnpWarning, match="context point.*outside the model's grid"):
         inside = mixed.np.predict(model, ds.isel(time=0).drop_vars("t2m"))
     xr.testing.assert_allclose(inside, out, atol=1e-5)
+
+
+def test_regional_sphere_grid_across_the_antimeridian_takes_either_convention():
+    model = SwinTNP(SwinTNPConfig.tiny(extent=((-20.0, 20.0), (160.0, 200.0))), rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    cs = np.stack([rng.uniform(-20, 20, 60), rng.uniform(181, 199, 60)], -1)[None]
+    ts = np.stack([rng.uniform(-20, 20, 20), rng.uniform(181, 199, 20)], -1)[None]
+    f = rng.normal(size=(1, 60, 1))
+
+    def run(c, t):
+        return np.asarray(model(Points.from_arrays(s=c, f=f), Points.from_arrays(s=t))[0])
+
+    east = run(cs, ts)
+    np.testing.assert_allclose(run(cs - [0, 360], ts), east, atol=1e-5)
+    np.testing.assert_allclose(run(cs, ts - [0, 360]), east, atol=1e-5)

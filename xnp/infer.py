@@ -27,6 +27,7 @@ import math
 import re
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -35,7 +36,7 @@ from flax import nnx
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
-from xnp.errors import ConfigError, EmptyDataError, ShapeError
+from xnp.errors import ConfigError, CoordinateError, EmptyDataError, ShapeError
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.points import Points
 
@@ -60,7 +61,7 @@ def parse_bytes(value: str | int) -> int:
     """
     if isinstance(value, int | np.integer):
         return int(value)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
+    m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
     unit = (m.group(2) or "b").lower() if m else ""
     if not m or unit not in _UNITS:
         raise ConfigError(f"cannot read {value!r} as a memory size; use e.g. '2GB' or '512MiB'.")
@@ -78,7 +79,7 @@ def parse_distance_km(value: str | float) -> float:
     if isinstance(value, int | float | np.floating):
         km = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9.]+)\s*(km|m)?\s*", str(value))
+        m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*(km|m)?\s*", str(value))
         if not m:
             raise ConfigError(f"cannot read {value!r} as a distance; use e.g. '500km'.")
         km = float(m.group(1)) / (1000.0 if m.group(2) == "m" else 1.0)
@@ -276,7 +277,22 @@ def _copy_back(mean: np.ndarray, std: np.ndarray, start: int, stop: int, m: Any,
     std[:, start:stop] = np.asarray(s)[:, : stop - start]
 
 
+def _check_finite(fields: dict[str, np.ndarray], role: str, names: Sequence[str]) -> None:
+    """Raise unless the real points' ``names`` fields are finite (NaN would spread)."""
+    real = np.asarray(fields["mask"], bool)
+    for name in names:
+        values = np.asarray(fields[name])
+        if values.size and not np.isfinite(values[real]).all():
+            what = {"s": "location", "t": "time", "x": "covariate", "f": "value"}[name]
+            raise ConfigError(
+                f"some {role} points have a missing (NaN) or infinite {what}; mask them "
+                "(mask=False) or drop them. (xnp.predict drops missing values itself.)"
+            )
+
+
 def _xyz(s: np.ndarray) -> np.ndarray:
+    """Unit vectors (float64: distances to the metre) of latitude/longitude ``[..., 2]``."""
+    s = np.asarray(s, np.float64)
     lat, lon = np.deg2rad(s[..., 0]), np.deg2rad(s[..., 1])
     return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
 
@@ -352,6 +368,7 @@ class Predictor:
         if not bool(np.any(np.asarray(context.mask))):
             raise EmptyDataError("the context holds no valid point; nothing to condition on.")
         fields = _host_fields(context)
+        _check_finite(fields, "context", ("s", "t", "x", "f"))
         return self._condition(
             self.params, _host_chunk(fields, 0, context.size, _bucket(context.size))
         )
@@ -370,6 +387,7 @@ class Predictor:
     def predict_state(self, state: Any, targets: Points) -> tuple[np.ndarray, np.ndarray]:
         """Predict ``targets`` in fixed-size chunks against a conditioned ``state``."""
         fields = _host_fields(targets)
+        _check_finite(fields, "target", ("s", "t", "x"))
         size = self._padded_size(targets.size)
         mean = np.zeros((*targets.mask.shape, fields["f"].shape[-1]), np.float32)
         std = np.zeros_like(mean)
@@ -395,6 +413,8 @@ class Predictor:
         """
         if context_radius_km is None:
             return self.predict_state(self.condition(context), targets)
+        _check_finite(_host_fields(context), "context", ("s", "t", "x", "f"))
+        _check_finite(_host_fields(targets), "target", ("s", "t", "x"))
         return self._predict_regional(context, targets, parse_distance_km(context_radius_km))
 
     # -- regional path -----------------------------------------------------------------
@@ -412,12 +432,30 @@ class Predictor:
         radius_km = parse_distance_km(context_radius_km)
         if context.batch_size != 1 or targets.batch_size != 1:
             raise ShapeError("regional prediction takes one context set (batch size 1).")
+        if getattr(self.config, "spatial_bias", None) == "euclidean" or (
+            getattr(self.config, "geometry", None) == "plane"
+        ):
+            raise ConfigError(
+                "context_radius is a great-circle distance, but this model works on planar "
+                "coordinates; predict without context_radius."
+            )
         valid = np.flatnonzero(np.asarray(context.mask[0]))
         if valid.size == 0:
             raise EmptyDataError("the context holds no valid point; nothing to condition on.")
-        tree = cKDTree(_xyz(np.asarray(context.s[0])[valid]))
+        # only real targets are planned (padding would pull chunks towards it)
+        real = np.flatnonzero(np.asarray(targets.mask[0]))
+        ctx_xyz = _xyz(np.asarray(context.s[0])[valid])
+        xyz = _xyz(np.asarray(targets.s[0])[real])
+        if not (np.isfinite(ctx_xyz).all() and np.isfinite(xyz).all()):
+            raise CoordinateError(
+                "some context or target points have a missing (NaN) or infinite latitude or "
+                "longitude; drop them first."
+            )
+        if real.size == 0:
+            return []
+        tree = cKDTree(ctx_xyz)
+        chunks = [real[idx] for idx in compact_chunks(xyz, self.regional_chunk, radius_km)]
         xyz = _xyz(np.asarray(targets.s[0]))
-        chunks = compact_chunks(xyz, self.regional_chunk, radius_km)
         caps = [_cap(xyz[idx]) for idx in chunks]
         centres = np.stack([c for c, _ in caps])
         angles = np.minimum([a + radius_km / EARTH_RADIUS_KM for _, a in caps], np.pi)

@@ -130,6 +130,29 @@ class Points:
         """Return a copy with some fields replaced."""
         return dataclasses.replace(self, **changes)
 
+    def zero_masked(self) -> Points:
+        """Return a copy whose masked (padding) points are all zeros.
+
+        Masked points are excluded by the attention masks, but their values still
+        pass through the embeddings; a NaN there (e.g. a missing value kept as
+        padding) would reach every output through ``0 · NaN`` in the attention.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> p = Points.from_arrays(
+        ...     s=np.zeros((1, 2, 2)),
+        ...     f=np.array([[[1.0], [np.nan]]]),
+        ...     mask=np.array([[True, False]]),
+        ... )
+        >>> p.zero_masked().f.ravel().tolist()
+        [1.0, 0.0]
+        """
+        keep = self.mask[..., None]
+        return self.replace(
+            **{k: jnp.where(keep, getattr(self, k), 0) for k in ("s", "t", "x", "f")}
+        )
+
     def slice(self, start: int, stop: int) -> Points:
         """Return the points ``start:stop`` along the point axis."""
         return jax.tree.map(lambda a: a[:, start:stop], self)

@@ -170,6 +170,7 @@ class BSATNP(nnx.Module):
         *input* context tokens, so its output would never be used.
         """
         context.validate_for(self.config, "context")
+        context = context.zero_masked()  # padding never reaches the outputs, even NaN
         e = self._embed(context, observed=True)
         feats = self._feats(context)
         kv = []

@@ -157,7 +157,8 @@ class GridEncoder(nnx.Module):
         q = self.attn.queries(hu)  # [B, M, H, D]
         k_self, v_self = self.attn.keys_values(hu)
         k_pt, v_pt = self.attn.keys_values(hz)  # [B, N, H, D]
-        idx = cell_index(s, origin[:, None], cfg.spacing, cfg.grid_shape, cfg.wrap)
+        idx = cell_index(s, origin[:, None], cfg.spacing, cfg.grid_shape, cfg.wrap,
+                         periodic_lon=cfg.geometry == "sphere")  # fmt: skip
         node = flat_index(idx, cfg.grid_shape)  # [B, N]
         offsets = relative_offsets(
             s, node_position(idx, origin[:, None], cfg.spacing), cfg.spacing, cfg.geometry
@@ -385,7 +386,7 @@ class SwinTNP(nnx.Module):
         origin = state.origin[:, None, None]  # [B, 1, 1, 2]
         idx, valid = neighbour_cells(
             targets.s, state.origin[:, None], cfg.spacing, cfg.grid_shape, cfg.wrap,
-            radius=cfg.decoder_radius,
+            radius=cfg.decoder_radius, periodic_lon=cfg.geometry == "sphere",
         )  # fmt: skip
         offsets = relative_offsets(
             targets.s[:, :, None], node_position(idx, origin, cfg.spacing), cfg.spacing,

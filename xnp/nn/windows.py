@@ -212,13 +212,23 @@ def _step(spacing: Pair, like: jax.Array) -> jax.Array:
 
 
 def cell_index(
-    s: jax.Array, origin: jax.Array, spacing: Pair, shape: Pair, wrap: tuple[bool, bool]
+    s: jax.Array,
+    origin: jax.Array,
+    spacing: Pair,
+    shape: Pair,
+    wrap: tuple[bool, bool],
+    *,
+    periodic_lon: bool = False,
 ) -> jax.Array:
     """Nearest node ``[..., 2]`` (int32) of points ``s`` ``[..., 2]`` on a cell-centred grid.
 
     ``origin`` ``[..., 2]`` (same rank as ``s``) is the grid's lower edge.  The
     nearest node is the cell containing the point: ``floor((s - origin) / Δ)``,
     clamped on bounded axes and taken modulo the node count on wrapping ones.
+    With ``periodic_lon`` (a regional grid on the sphere) the second coordinate
+    is a longitude: its offset from the origin is first reduced modulo 360° into
+    the window centred on the grid, so either longitude convention finds the
+    same cell.
 
     Examples
     --------
@@ -227,7 +237,11 @@ def cell_index(
     Array([[2, 3],
            [0, 3]], dtype=int32)
     """
-    u = jnp.floor((s - origin) / _step(spacing, s)).astype(jnp.int32)
+    d = s - origin
+    if periodic_lon:
+        lo = 0.5 * spacing[1] * shape[1] - 180.0  # 360° window centred on the grid
+        d = d.at[..., 1].set(jnp.mod(d[..., 1] - lo, 360.0) + lo)
+    u = jnp.floor(d / _step(spacing, s)).astype(jnp.int32)
     cols = []
     for axis in (0, 1):
         i = u[..., axis]
@@ -248,12 +262,14 @@ def neighbour_cells(
     wrap: tuple[bool, bool],
     *,
     radius: int = 1,
+    periodic_lon: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The ``K = (2r+1)²`` nodes around each point's nearest node.
 
     Returns ``(idx [..., K, 2], valid [..., K])``.  On a bounded axis, neighbours
     beyond the edge are clamped onto it and marked invalid (so none is counted
-    twice); on a wrapping axis they wrap around.
+    twice); on a wrapping axis they wrap around.  ``periodic_lon`` as for
+    :func:`cell_index`.
 
     Examples
     --------
@@ -263,7 +279,7 @@ def neighbour_cells(
     >>> idx.shape, int(ok.sum())  # a corner node: 2 × 2 of the 3 × 3 are on the grid
     ((1, 9, 2), 4)
     """
-    centre = cell_index(s, origin, spacing, shape, wrap)
+    centre = cell_index(s, origin, spacing, shape, wrap, periodic_lon=periodic_lon)
     offsets = np.arange(-radius, radius + 1)
     o0, o1 = (a.ravel() for a in np.meshgrid(offsets, offsets, indexing="ij"))
     cols, valid = [], jnp.ones((*s.shape[:-1], o0.size), bool)
