@@ -103,3 +103,19 @@ def test_trend_and_step_are_added_to_the_same_stationary_draw():
         assert len(np.unique(np.round(step[b] - plain[b], 4))) <= 2
     with pytest.raises(ConfigError, match="non-negative"):
         SphereFieldTasks(trend=-1.0)
+
+
+def test_gp_sphere_dataset_checks_its_arguments():
+    from xnp.datasets import gp_sphere
+
+    ds = gp_sphere(n_lat=np.int64(4), n_lon=6, n_time=2)  # numpy integers are integers
+    assert ds.field.shape == (2, 4, 6)
+    for bad, match in (
+        ({"lat_range": (80.0, 120.0)}, "lat_range"),
+        ({"lon_range": (0.0, 400.0)}, "lon_range"),
+        ({"noise": float("nan")}, "noise"),
+        ({"lengthscale_km": float("inf")}, "lengthscale_km"),
+        ({"n_lat": True}, "n_lat"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            gp_sphere(**({"n_lat": 4, "n_lon": 6, "n_time": 2} | bad))

@@ -87,18 +87,25 @@ def gp_sphere(
     ([-75.0, -45.0], 'K')
     """
     for label, value in (("n_lat", n_lat), ("n_lon", n_lon), ("n_time", n_time)):
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{label} must be a positive integer; got {value!r}.")
+    n_lat, n_lon, n_time = int(n_lat), int(n_lon), int(n_time)
     for label, value in (
         ("lengthscale_km", lengthscale_km),
         ("timescale_hours", timescale_hours),
         ("step_hours", step_hours),
         ("std", std),
     ):
-        if not value > 0:
-            raise ConfigError(f"{label} must be positive; got {value!r}.")
-    if noise < 0:
-        raise ConfigError(f"noise must be non-negative; got {noise!r}.")
+        if not 0 < value < np.inf:
+            raise ConfigError(f"{label} must be a positive number; got {value!r}.")
+    if not 0 <= noise < np.inf:
+        raise ConfigError(f"noise must be a non-negative number; got {noise!r}.")
+    if not (-90 <= lat_range[0] < lat_range[1] <= 90):
+        raise ConfigError(f"lat_range must be (south, north) within [-90, 90]; got {lat_range!r}.")
+    if not (np.isfinite(lon_range).all() and lon_range[0] < lon_range[1] <= lon_range[0] + 360):
+        raise ConfigError(
+            f"lon_range must be (west, east) spanning at most 360°; got {lon_range!r}."
+        )
     lat_edges = np.linspace(*lat_range, n_lat + 1)
     lon_edges = np.linspace(*lon_range, n_lon + 1)
     lat = 0.5 * (lat_edges[:-1] + lat_edges[1:])
