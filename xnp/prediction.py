@@ -45,7 +45,7 @@ import scipy.spatial
 import xarray as xr
 
 from xnp.data.batch import source_channels
-from xnp.data.coords import find_coords, locators_as_coords, source_dataset
+from xnp.data.coords import _is_datetime, find_coords, locators_as_coords, source_dataset
 from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
@@ -879,13 +879,6 @@ def _at_time(template: xr.Dataset, frame: xr.Dataset, layout: Any, tmpl_time: An
     # the template's scalar times (its time, and others such as a valid_time) would
     # label every prediction with the template's moment: dropped
     scalar_times = [
-        str(k) for k, v in template.coords.items() if v.ndim == 0 and _is_time_value(v.values)
+        str(k) for k, v in template.coords.items() if v.ndim == 0 and _is_datetime(v.values)
     ]
     return template.drop_vars(scalar_times).assign_coords({layout.time: t})
-
-
-def _is_time_value(value: np.ndarray) -> bool:
-    """Whether a scalar coordinate's value is a date (numpy datetime or cftime)."""
-    return np.issubdtype(value.dtype, np.datetime64) or (
-        value.dtype == object and hasattr(value.item(), "calendar")
-    )
