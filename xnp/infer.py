@@ -36,7 +36,7 @@ from flax import nnx
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
-from xnp.errors import ConfigError, CoordinateError, EmptyDataError, ShapeError
+from xnp.errors import ConfigError, EmptyDataError, ShapeError
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.points import Points
 
@@ -413,8 +413,9 @@ class Predictor:
         """
         if context_radius_km is None:
             return self.predict_state(self.condition(context), targets)
-        _check_finite(_host_fields(context), "context", ("s", "t", "x", "f"))
-        _check_finite(_host_fields(targets), "target", ("s", "t", "x"))
+        # (locations: checked by regional_plan)
+        _check_finite(_host_fields(context), "context", ("t", "x", "f"))
+        _check_finite(_host_fields(targets), "target", ("t", "x"))
         return self._predict_regional(context, targets, parse_distance_km(context_radius_km))
 
     # -- regional path -----------------------------------------------------------------
@@ -444,13 +445,10 @@ class Predictor:
             raise EmptyDataError("the context holds no valid point; nothing to condition on.")
         # only real targets are planned (padding would pull chunks towards it)
         real = np.flatnonzero(np.asarray(targets.mask[0]))
+        _check_finite(_host_fields(context), "context", ("s",))
+        _check_finite(_host_fields(targets), "target", ("s",))
         ctx_xyz = _xyz(np.asarray(context.s[0])[valid])
         xyz = _xyz(np.asarray(targets.s[0])[real])
-        if not (np.isfinite(ctx_xyz).all() and np.isfinite(xyz).all()):
-            raise CoordinateError(
-                "some context or target points have a missing (NaN) or infinite latitude or "
-                "longitude; drop them first."
-            )
         if real.size == 0:
             return []
         tree = cKDTree(ctx_xyz)
