@@ -399,9 +399,10 @@ def cross_validate(
         raise ConfigError("cv yielded no fold with test points.")
     held = np.concatenate(tests)
     order = np.argsort(held, kind="stable")
+    held_sorted = held[order]  # the positions of the pooled points
     pooled_pred = xr.concat(preds, dim=point_dim).isel({point_dim: order})
     # only the points some fold held out (a splitter need not hold out every point)
-    pooled = evaluate(pooled_pred, data.isel({point_dim: held[order]}), variables=variables,
+    pooled = evaluate(pooled_pred, data.isel({point_dim: held_sorted}), variables=variables,
                       dim=dim)  # fmt: skip
     kept = point_dim in pooled.dims
     counts = {f"{v}_n": 0 for v in variables if f"{v}_n" in pooled}
@@ -411,7 +412,7 @@ def cross_validate(
     )  # fmt: skip
     for i, fold in enumerate(scores):
         if fold is None:
-            rows = np.searchsorted(held[order], tests[i])
+            rows = np.searchsorted(held_sorted, tests[i])
             scores[i] = nothing.isel({point_dim: rows}) if kept else nothing
     labels = [str(i) for i in range(len(scores))] + ["pooled"]
     parts = [*scores, pooled]
@@ -421,7 +422,7 @@ def cross_validate(
         # coordinates of all points (an outer join would leave them NaN where a fold
         # held no test point)
         along = [c for c in pooled.coords if point_dim in pooled[c].dims]
-        positions = [*tests, held[order]]
+        positions = [*tests, held_sorted]
         parts = [p.drop_vars(along).assign_coords({point_dim: i})
                  for p, i in zip(parts, positions, strict=True)]  # fmt: skip
     out = xr.concat(parts, dim="fold", coords="minimal", compat="override", join="outer",
