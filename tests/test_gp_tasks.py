@@ -105,6 +105,37 @@ def test_trend_and_step_are_added_to_the_same_stationary_draw():
         SphereFieldTasks(trend=-1.0)
 
 
+def test_clustered_context_designs_leave_targets_and_the_stationary_draw_alone():
+    base = SphereFieldTasks(n_context=(200, 200), n_target=50, cap_km=(1000.0, 1000.0),
+                            method="fourier", n_features=64)  # fmt: skip
+    key = jax.random.key(5)
+    ctx0, tgt0, _, p0 = sample_sphere_fields(key, base, batch_size=8, return_params=True)
+    tasks = dataclasses.replace(base, cluster=8.0)
+    ctx1, tgt1, _, p1 = sample_sphere_fields(key, tasks, batch_size=8, return_params=True)
+    # targets, cap, kernel and lengthscale are the stationary draw's
+    np.testing.assert_array_equal(tgt0.s, tgt1.s)
+    np.testing.assert_array_equal(p0["lengthscale"], p1["lengthscale"])
+    assert not np.array_equal(ctx0.s, ctx1.s)
+
+    def nn_km(ctx, tgt, b):  # distance from each target to its nearest context point
+        d = great_circle_distance(tgt.s[b, :, None, 0], tgt.s[b, :, None, 1],
+                                  ctx.s[b, None, :, 0], ctx.s[b, None, :, 1])  # fmt: skip
+        return np.asarray(d).min(axis=1)
+
+    for b in range(8):
+        # every context point stays in the cap (within 2 radii of every target)
+        d = great_circle_distance(tgt1.s[b, :, None, 0], tgt1.s[b, :, None, 1],
+                                  ctx1.s[b, None, :, 0], ctx1.s[b, None, :, 1])  # fmt: skip
+        assert float(np.asarray(d).max()) <= 2000.0 + 1.0
+        assert len(np.unique(np.asarray(ctx1.s[b]), axis=0)) == 200  # without replacement
+    # clustered designs leave gaps: targets lie farther from the nearest station
+    uniform = np.mean([nn_km(ctx0, tgt0, b) for b in range(8)])
+    clustered = np.mean([nn_km(ctx1, tgt1, b) for b in range(8)])
+    assert clustered > 1.25 * uniform, (clustered, uniform)
+    with pytest.raises(ConfigError, match="non-negative"):
+        SphereFieldTasks(cluster=float("nan"))
+
+
 def test_gp_sphere_dataset_checks_its_arguments():
     from xnp.datasets import gp_sphere
 

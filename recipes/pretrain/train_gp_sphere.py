@@ -168,6 +168,18 @@ def main() -> None:
         default=0.0,
         help="std of a step across a line added to the training fields (0)",
     )
+    parser.add_argument(
+        "--cluster",
+        type=float,
+        default=0.0,
+        help="largest clustering strength of the training tasks' context locations (0)",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start from this saved model's weights (a fine-tune; fresh optimiser)",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
@@ -192,7 +204,7 @@ def main() -> None:
             0.0, args.restart_lr, REWARM, args.steps - args.restart_at, args.restart_lr * 0.05
         )
         schedule = optax.join_schedules([schedule, second], [args.restart_at])
-    tasks = dataclasses.replace(TASKS, trend=args.trend, step=args.step)
+    tasks = dataclasses.replace(TASKS, trend=args.trend, step=args.step, cluster=args.cluster)
     sample = jax.jit(lambda k: make_batch(k, tasks=tasks))
     sample_with_params = jax.jit(lambda k: make_batch(k, True))
 
@@ -214,6 +226,13 @@ def main() -> None:
 
     start_step, history, best, rewarm = 0, [], (math.inf, None), None
     state_file = args.work / "state.json"
+    if args.init_from is not None:
+        if args.resume and state_file.exists():
+            parser.error("--init-from starts a new run: give another --work, or drop --resume")
+        start = xnp.load(args.init_from)
+        if start.config != cfg:
+            parser.error(f"{args.init_from} is not a model of this recipe's configuration")
+        params = start.params_
     if args.resume and state_file.exists():
         saved = xnp.load(args.work / "latest")
         params = saved.params_
@@ -268,8 +287,13 @@ def main() -> None:
         rows.append(f"| {lo:g}–{hi:g} | {sel.sum()} | {model_nll[sel].mean():.3f} "
                     f"| {floor[sel].mean():.3f} |")  # fmt: skip
     schedule_text = f"warm-up + cosine, peak {args.learning_rate:g}"
-    if args.trend or args.step:
-        schedule_text += f", training fields with trend {args.trend:g} and step {args.step:g}"
+    if args.init_from is not None:
+        schedule_text += f", starting from the weights of {args.init_from}"
+    if args.trend or args.step or args.cluster:
+        schedule_text += (
+            f", training fields with trend {args.trend:g} and step {args.step:g}, context "
+            f"clustering up to {args.cluster:g}"
+        )
     if args.restart_at is not None:
         schedule_text += (
             f", restarted at step {args.restart_at} with a second cycle peaking at "

@@ -242,6 +242,18 @@ class SphereFieldTasks:
     step : float
         Standard deviation of a step added to each field across a random straight
         line through the cap (0: none), like a land/sea contrast.
+    cluster : float
+        Largest clustering strength of the context locations (0: uniform, as the
+        targets always are).  Station networks are dense in some places and empty
+        in others, where the best prediction far from the stations needs the mean
+        of the field estimated with the clusters down-weighted (as kriging's
+        generalised-least-squares mean does), not their plain average.  With
+        ``cluster > 0`` each task draws a strength ``γ`` uniform in
+        ``[0, cluster]`` and takes its context points from four times as many
+        uniform candidates in the cap, sampled without replacement with weights
+        ``exp(γ g(x))`` for a smooth random field ``g`` of unit variance
+        (lengthscale 10–50 % of the cap): ``γ = 3`` makes some parts of the cap
+        about 400 times denser than others.
 
     Examples
     --------
@@ -261,11 +273,13 @@ class SphereFieldTasks:
     n_features: int = 2048
     trend: float = 0.0
     step: float = 0.0
+    cluster: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.trend >= 0.0 and self.step >= 0.0):
+        if not (self.trend >= 0.0 and self.step >= 0.0 and self.cluster >= 0.0):
             raise ConfigError(
-                f"trend and step must be non-negative; got {self.trend}, {self.step}."
+                "trend, step and cluster must be non-negative (and not NaN); got "
+                f"{self.trend}, {self.step}, {self.cluster}."
             )
         if self.method not in ("cholesky", "fourier"):
             raise ConfigError(f"method must be 'cholesky' or 'fourier'; got {self.method!r}.")
@@ -291,11 +305,18 @@ def _log_uniform(key: jax.Array, bounds: tuple[float, float]) -> jax.Array:
     return jnp.exp(jax.random.uniform(key, (), minval=lo, maxval=hi))
 
 
-def _cap_points(key: jax.Array, n: int, radius: jax.Array) -> jax.Array:
-    """``n`` points uniform (by area) in a cap of angular ``radius`` at a random centre."""
+def _cap_points(
+    key: jax.Array, n: int, radius: jax.Array, centre: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``n`` points uniform (by area) in a cap of angular ``radius``.
+
+    Returns (latitude, longitude) in degrees ``[n, 2]``, unit vectors ``[n, 3]``
+    and the cap's centre ``[3]`` (random unless given).
+    """
     k_c, k_r, k_a = jax.random.split(key, 3)
-    centre = jax.random.normal(k_c, (3,))
-    centre = centre / jnp.linalg.norm(centre)
+    if centre is None:
+        centre = jax.random.normal(k_c, (3,))
+        centre = centre / jnp.linalg.norm(centre)
     cos_t = 1.0 - jax.random.uniform(k_r, (n,)) * (1.0 - jnp.cos(radius))
     sin_t = jnp.sqrt(jnp.maximum(1.0 - cos_t**2, 0.0))
     phi = jax.random.uniform(k_a, (n,), maxval=2 * jnp.pi)
@@ -309,7 +330,34 @@ def _cap_points(key: jax.Array, n: int, radius: jax.Array) -> jax.Array:
     xyz = cos_t[:, None] * centre[None, :] + sin_t[:, None] * ring
     lat = jnp.rad2deg(jnp.arcsin(jnp.clip(xyz[:, 2], -1.0, 1.0)))
     lon = jnp.rad2deg(jnp.arctan2(xyz[:, 1], xyz[:, 0]))
-    return jnp.stack([lat, lon], axis=-1), xyz
+    return jnp.stack([lat, lon], axis=-1), xyz, centre
+
+
+#: Candidates per context point, and random features of the intensity field, for
+#: clustered context designs (``SphereFieldTasks.cluster``).
+_CLUSTER_POOL, _CLUSTER_FEATURES = 4, 64
+
+
+def _clustered_context(
+    key: jax.Array, n: int, cap: jax.Array, centre: jax.Array, strength: float
+) -> tuple[jax.Array, jax.Array]:
+    """``n`` context points in the cap, denser where a smooth random field is high.
+
+    Gumbel top-``n`` of ``γ g(x) + Gumbel`` over ``_CLUSTER_POOL · n`` uniform
+    candidates is a weighted sample without replacement with weights
+    ``exp(γ g(x))``; its first ``m`` points are such a sample of size ``m``, so
+    the masked (padded) tail does not change the design of the real points.
+    """
+    k_pool, k_len, k_w, k_b, k_a, k_gamma, k_gumbel = jax.random.split(key, 7)
+    s, xyz, _ = _cap_points(k_pool, _CLUSTER_POOL * n, cap, centre)
+    ell = jax.random.uniform(k_len, (), minval=0.1, maxval=0.5) * cap
+    omega = jax.random.normal(k_w, (_CLUSTER_FEATURES, 3)) / ell
+    phase = jax.random.uniform(k_b, (_CLUSTER_FEATURES,), maxval=2 * jnp.pi)
+    weights = jax.random.normal(k_a, (_CLUSTER_FEATURES,))
+    g = jnp.cos(xyz @ omega.T + phase[None, :]) @ weights * jnp.sqrt(2.0 / _CLUSTER_FEATURES)
+    gamma = jax.random.uniform(k_gamma, (), maxval=strength)
+    _, idx = jax.lax.top_k(gamma * g + jax.random.gumbel(k_gumbel, g.shape), n)
+    return s[idx], xyz[idx]
 
 
 _NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5, "rbf": jnp.inf}
@@ -362,7 +410,11 @@ def _sphere_task(key: jax.Array, tasks: SphereFieldTasks):
     cap = _log_uniform(k_cap, tasks.cap_km) / EARTH_RADIUS_KM
     ell = _log_uniform(k_len, tasks.lengthscale) * cap  # on the unit sphere
     noise = _log_uniform(k_noise, tasks.noise)
-    s, xyz = _cap_points(k_loc, n, cap)
+    s, xyz, centre = _cap_points(k_loc, n, cap)
+    if tasks.cluster:  # its own keys: the stationary draws stay as they were
+        s_c, xyz_c = _clustered_context(jax.random.fold_in(key, 2), n_max, cap, centre,
+                                        tasks.cluster)  # fmt: skip
+        s, xyz = s.at[:n_max].set(s_c), xyz.at[:n_max].set(xyz_c)
     which = jax.random.randint(k_kern, (), 0, len(tasks.kernels))
     if tasks.method == "fourier":
         f = _fourier_field(k_f, xyz, ell, which, tasks)
