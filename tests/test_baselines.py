@@ -22,6 +22,7 @@ from xnp.baselines import (
 )
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpError
 from xnp.evaluate import evaluate
+from xnp.geo import great_circle_distance
 from xnp.geo.distance import EARTH_RADIUS_KM
 
 R = EARTH_RADIUS_KM
@@ -258,6 +259,53 @@ def test_ordinary_kriging_interpolates_and_is_uncertain_away_from_data():
     np.testing.assert_array_equal(dry.t_std, 0.0)
 
 
+def test_ordinary_kriging_merges_observations_at_one_place():
+    pytest.importorskip("pykrige", reason="pykrige (the 'kriging' extra) is not installed")
+    lat, lon, _ = random_stations(30, seed=2)
+    smooth = lambda la, lo: np.sin(la / 3) + np.cos(lo / 2)  # noqa: E731
+    obs = stations(lat, lon, smooth(lat, lon))
+    targets = {"lat": [44.0, 47.0], "lon": [1.0, 3.0]}
+    plain = OrdinaryKriging().predict(obs, targets)
+    # a second station in the first one's place: a singular kriging matrix, silently
+    # inverted by pykrige, gave values far outside the data
+    twin = stations(np.append(lat, lat[0]), np.append(lon, lon[0]), np.append(obs.t, obs.t[0]))
+    np.testing.assert_allclose(OrdinaryKriging().predict(twin, targets).t_mean, plain.t_mean,
+                               atol=1e-6)  # fmt: skip
+    # every longitude of a pole is one place (a grid's polar row)
+    lat_p, lon_p = np.append(lat, [90.0] * 5), np.append(lon, np.linspace(-180, 144, 5))
+    polar = stations(lat_p, lon_p, np.append(obs.t, [0.5] * 5))
+    got = OrdinaryKriging().predict(polar, targets).t_mean.values
+    assert np.all((got > float(polar.t.min()) - 1) & (got < float(polar.t.max()) + 1))
+    with pytest.raises(EmptyDataError, match="3 or more distinct places"):
+        OrdinaryKriging().predict(stations([45.0] * 4, [2.0] * 4, [1.0, 2.0, 3.0, 4.0]), targets)
+    with pytest.raises(ConfigError, match="variogram_model must be one of"):
+        OrdinaryKriging("Spherical")
+    with pytest.raises(ConfigError, match="nlags must be a positive integer"):
+        OrdinaryKriging(nlags=0)
+
+
+def test_idw_takes_numpy_counts_and_large_powers():
+    lat, lon, rng = random_stations(20, seed=3)
+    obs = stations(lat, lon, rng.normal(size=20))
+    far = {"lat": [-30.0], "lon": [120.0]}  # thousands of km from every station
+    pred = InverseDistanceWeighting(power=110, neighbours=np.int64(4)).predict(obs, far)
+    # every d**-110 underflows to 0 here: the weights were 0/0 = NaN; in logs they are not
+    km = np.asarray(
+        great_circle_distance(-30.0, 120.0, obs.lat.values, obs.lon.values), np.float64
+    )
+    near = np.argsort(km)[:4]
+    log_w = -110 * np.log(km[near])
+    w = np.exp(log_w - log_w.max())
+    np.testing.assert_allclose(pred.t_mean.item(), np.sum(w * obs.t.values[near]) / w.sum(),
+                               rtol=1e-4)  # fmt: skip
+    assert GaussianProcess(fit_points=np.int64(50)).fit_points == 50
+    for bad in (0, 2.5, True):
+        with pytest.raises(ConfigError, match="neighbours must be a positive integer"):
+            InverseDistanceWeighting(neighbours=bad)
+    with pytest.raises(ConfigError, match="power must be a positive finite number"):
+        InverseDistanceWeighting(power=np.inf)
+
+
 def test_baselines_select_times_like_xnp_predict():
     data = station_dataset(nt=3)
     idw = InverseDistanceWeighting()
@@ -306,6 +354,20 @@ def test_persistence_persists_the_last_observation_with_lag_rms_std():
     changed = data.copy(deep=True)
     changed["t"][3:] = 99.0
     xr.testing.assert_identical(Persistence().predict(changed, time=t[2], lead_time=[6, 12]), fc)
+
+
+def test_persistence_reads_a_string_time_in_the_data_calendar():
+    times = xr.date_range("2000-01-01", periods=4, freq="6h", calendar="noleap", use_cftime=True)
+    obs = xr.Dataset(
+        {"t": (("time", "station"), np.arange(8.0).reshape(4, 2))},
+        coords={"time": times, "lat": ("station", [0.0, 10.0]), "lon": ("station", [0.0, 10.0])},
+    )
+    now = Persistence().predict(obs, time="2000-01-01T12")
+    assert now.t_mean.values.tolist() == [4.0, 5.0]
+    ahead = Persistence().predict(obs, time="2000-01-01T12", lead_time=6)
+    assert ahead.t_mean.values.ravel().tolist() == [4.0, 5.0]
+    with pytest.raises(CoordinateError, match="'noleap' calendar"):
+        Persistence().predict(obs, time="2000-02-29T00", lead_time=6)
 
 
 def test_persistence_forecasts_beyond_the_data_and_at_other_places():

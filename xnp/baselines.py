@@ -46,9 +46,11 @@ from scipy.spatial.distance import cdist
 
 from xnp.data.coords import find_coords, latlon
 from xnp.data.points import PointSet, predictions_to_xarray, to_points
+from xnp.data.tasks import _check_count
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
     ConfigError,
+    CoordinateError,
     DimensionError,
     EmptyDataError,
     MissingDependencyError,
@@ -237,15 +239,13 @@ class InverseDistanceWeighting(_SpatialBaseline):
         *,
         variables: str | Sequence[str] | None = None,
     ) -> None:
-        if not power > 0:
-            raise ConfigError(f"power must be positive; got {power!r}.")
-        if neighbours is not None and (not isinstance(neighbours, int) or neighbours < 1):
-            raise ConfigError(
-                f"neighbours must be a positive integer or None; got {neighbours!r}."
-            )
+        if not 0 < power < np.inf:
+            raise ConfigError(f"power must be a positive finite number; got {power!r}.")
+        if neighbours is not None:
+            _check_count(neighbours=neighbours)
         super().__init__(variables)
         self.power = float(power)
-        self.neighbours = neighbours
+        self.neighbours = None if neighbours is None else int(neighbours)
 
     def _predict_points(
         self, context: PointSet, targets: PointSet
@@ -258,8 +258,11 @@ class InverseDistanceWeighting(_SpatialBaseline):
         dist_km = _great_circle_km(chord)
         values = context.f[:, 0][idx]
         coincident = dist_km < 1e-3
+        # relative to the nearest neighbour's distance, so that a large power neither
+        # underflows every weight to 0 nor overflows one to inf (0/0 = NaN otherwise)
+        nearest = np.maximum(dist_km.min(-1, keepdims=True), 1e-3)
         with np.errstate(divide="ignore"):
-            weights = dist_km ** (-self.power)
+            weights = (dist_km / nearest) ** (-self.power)
         weights = np.where(coincident.any(-1, keepdims=True), coincident * 1.0, weights)
         weights = weights / weights.sum(-1, keepdims=True)
         mean = np.sum(weights * values, axis=-1)
@@ -466,10 +469,8 @@ class GaussianProcess(_SpatialBaseline):
         ):
             if value is not None and not value > 0:
                 raise ConfigError(f"{label} must be positive; got {value!r}.")
-        counts = (("steps", steps), ("fit_points", fit_points), ("max_context", max_context))
-        for label, value in counts:
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{label} must be a positive integer; got {value!r}.")
+        _check_count(steps=steps, fit_points=fit_points, max_context=max_context)
+        steps, fit_points, max_context = int(steps), int(fit_points), int(max_context)
         super().__init__(variables)
         self.kernel = kernel
         self.fit = fit
@@ -618,6 +619,31 @@ def _pykrige_ok() -> Any:
     return PyKrigeOK
 
 
+_VARIOGRAM_MODELS = ("spherical", "exponential", "gaussian", "linear", "power", "hole-effect")
+
+
+def _merge_colocated(context: PointSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Latitudes, longitudes and values with observations at one place averaged.
+
+    Kriging with a zero nugget cannot honour two observations at one place (its
+    matrix is singular, and pykrige inverts it without warning): a grid row at a
+    pole, or two stations in one grid cell, gave values far outside the data.
+    Places are matched on their unit vectors (to about a millimetre), so every
+    longitude of a pole is one place.
+    """
+    xyz = _xyz(context.s)
+    _, first, inverse = np.unique(
+        np.round(xyz, 10), axis=0, return_index=True, return_inverse=True
+    )
+    inverse = inverse.reshape(-1)
+    values = context.f[:, 0].astype(np.float64)
+    if len(first) == len(values):
+        return context.lat, context.lon, values
+    sums = np.bincount(inverse, weights=values, minlength=len(first))
+    counts = np.bincount(inverse, minlength=len(first))
+    return context.lat[first], context.lon[first], sums / counts
+
+
 class OrdinaryKriging(_SpatialBaseline):
     """Ordinary kriging with pykrige, on great-circle distances.
 
@@ -664,26 +690,31 @@ class OrdinaryKriging(_SpatialBaseline):
         variogram_parameters: Any = None,
         variables: str | Sequence[str] | None = None,
     ) -> None:
+        if variogram_model not in _VARIOGRAM_MODELS:
+            raise ConfigError(
+                f"variogram_model must be one of {_VARIOGRAM_MODELS}; got {variogram_model!r}."
+            )
+        _check_count(nlags=nlags)
         self._ok = _pykrige_ok()
         super().__init__(variables)
         self.variogram_model = variogram_model
-        self.nlags = nlags
+        self.nlags = int(nlags)
         self.variogram_parameters = variogram_parameters
 
     def _predict_points(
         self, context: PointSet, targets: PointSet
     ) -> tuple[np.ndarray, np.ndarray]:
-        if len(context) < 3:
+        lat, lon, values = _merge_colocated(context)
+        if len(values) < 3:
             raise EmptyDataError(
-                f"ordinary kriging needs at least 3 observations to fit a variogram; got "
-                f"{len(context)}."
+                "ordinary kriging needs observations at 3 or more distinct places to fit a "
+                f"variogram; got {len(values)} (from {len(context)} observations)."
             )
-        values = context.f[:, 0]
         if np.ptp(values) == 0:  # a constant field (a dry day): no variogram to fit
             return np.full(len(targets), values[0], np.float64), np.zeros(len(targets))
         ok = self._ok(
-            context.lon,
-            context.lat,
+            lon,
+            lat,
             values,
             variogram_model=self.variogram_model,
             variogram_parameters=self.variogram_parameters,
@@ -825,7 +856,7 @@ class Persistence:
         if time is None:
             inits, scalar_init = history.times, False
         else:
-            inits, scalar_init = _as_times(time, history.times.dtype)
+            inits, scalar_init = _as_times(time, history.times)
         lead_index = pd.Index(pd.to_timedelta(leads, unit="h"), name="lead_time")
         results = []
         for t0 in inits:
@@ -834,11 +865,30 @@ class Persistence:
         return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
 
 
-def _as_times(time: Any, dtype: np.dtype) -> tuple[np.ndarray, bool]:
-    """Times as an array of the data's time type, and whether a scalar was given."""
+def _as_times(time: Any, times: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``time`` as an array of the type of the data's ``times``, and whether it was a scalar.
+
+    Strings are parsed as numpy datetimes, or in the data's cftime calendar.
+    """
     values = np.asarray(time)
-    if np.issubdtype(dtype, np.datetime64):
-        values = values.astype(dtype)
+    if np.issubdtype(times.dtype, np.datetime64):
+        return np.atleast_1d(values.astype(times.dtype)), values.ndim == 0
+    calendar = getattr(times.flat[0], "calendar", None) if times.size else None
+    if calendar and values.dtype.kind in "USO":
+        parsed = []
+        for v in values.ravel():
+            if isinstance(v, str | np.str_):
+                try:
+                    v = xr.date_range(str(v), periods=1, calendar=calendar, use_cftime=True)[0]
+                except (ValueError, TypeError) as err:
+                    raise CoordinateError(
+                        f"time {str(v)!r} is not a date of the data's {calendar!r} calendar "
+                        f"({err}); give it as 'YYYY-MM-DDTHH' or as a cftime datetime."
+                    ) from err
+            parsed.append(v)
+        out = np.empty(len(parsed), object)
+        out[:] = parsed
+        return out, values.ndim == 0
     return np.atleast_1d(values), values.ndim == 0
 
 
@@ -846,7 +896,7 @@ def _valid_times(
     data: xr.Dataset, template: xr.Dataset, layout: Any, tmpl_time: Any, time: Any
 ) -> tuple[np.ndarray, bool]:
     if time is not None:
-        return _as_times(time, data[layout.time].dtype)
+        return _as_times(time, data[layout.time].values)
     if tmpl_time is not None:
         values = template[tmpl_time].values
         return np.atleast_1d(values), values.ndim == 0
