@@ -339,3 +339,107 @@ def test_two_dimensional_time_is_rejected():
     ds = ds.assign_coords(valid=(("step", "time"), np.tile(hourly_times(2), (2, 1))))
     with pytest.raises(DimensionError, match="valid"):
         find_coords(ds.drop_vars("time"), "t2m")
+
+
+def test_timezone_aware_time_is_an_error_with_the_fix():
+    utc = pd.date_range("2019-03-01", periods=8, freq="6h", tz="UTC")
+    ds = grid_dataset().assign_coords(time=utc)
+    with pytest.raises(CoordinateError, match="timezone-aware") as info:
+        find_coords(ds, "t2m")
+    assert "ds.assign_coords(time=ds.indexes['time'].tz_convert(None))" in str(info.value)
+    fixed = _fix(str(info.value), r"drop the timezone: (.*)\.$", ds)
+    assert find_coords(fixed, "t2m").time_dim == "time"
+    np.testing.assert_array_equal(fixed.time.values, hourly_times(8).astype(fixed.time.dtype))
+
+    paris = pd.date_range("2020-01-01", periods=12, freq="h", tz="Europe/Paris")
+    obs = station_dataset().isel(time=0, drop=True).assign_coords(time=("station", paris))
+    with pytest.raises(CoordinateError, match="timezone-aware") as info:
+        find_coords(obs, "t2m")
+    fixed = _fix(str(info.value), r"drop the timezone: (.*)\.$", obs)
+    assert find_coords(fixed, "t2m").time == "time"
+    assert fixed.time.values[0] == np.datetime64("2019-12-31T23:00")
+
+
+def test_time_hours_counts_in_the_unit_of_the_data():
+    old = np.array(["1500-01-01T00", "1500-01-01T06"], "datetime64[s]")
+    expected = (old - np.datetime64("1970-01-01", "s")).astype(np.float64) / 3600.0
+    np.testing.assert_array_equal(time_hours(old), expected)
+    np.testing.assert_array_equal(time_hours(old.astype("datetime64[us]")), expected)
+    days = np.array(["1970-01-02", "2001-03-01"], "datetime64[D]")
+    np.testing.assert_array_equal(time_hours(days), time_hours(days.astype("datetime64[ns]")))
+    months = np.array(["1969-12", "1970-02"], "datetime64[M]")
+    np.testing.assert_array_equal(time_hours(months), [-744.0, 744.0])
+
+    yearly = xr.date_range("2250-01-01", periods=30, freq="YS", unit="s")
+    ds = station_dataset(nt=30).assign_coords(time=yearly)
+    assert ds.time.dtype == np.dtype("datetime64[s]")
+    assert find_coords(ds, "t2m").time_dim == "time"
+    assert (np.diff(time_hours(ds.time.values)) > 0).all()
+
+
+def test_missing_times_are_named_with_the_fix():
+    assert np.isnan(time_hours(np.array(["2020-01-01", "NaT"], "datetime64[ns]"))[1])
+    with pytest.raises(CoordinateError, match=r"1 missing \(NaT\)"):
+        check_time_axis(np.array([0.0, np.nan, 12.0]), "time")
+
+    times = pd.DatetimeIndex(["2019-03-01T00", "2019-03-01T06", "NaT", "2019-03-01T18"])
+    axis = station_dataset(nt=4).assign_coords(time=times)
+    with pytest.raises(CoordinateError, match=r"1 missing \(NaT\)") as info:
+        find_coords(axis, "t2m")
+    assert "sortby" not in str(info.value)
+    fixed = _fix(str(info.value), r"Drop those times: (.*)\.$", axis)
+    assert fixed.sizes["time"] == 3
+    assert find_coords(fixed, "t2m").time_dim == "time"
+
+    per_point = pd.DatetimeIndex(["2019-03-01", "NaT", "NaT"] + ["2019-03-02"] * 9)
+    obs = station_dataset().isel(time=0, drop=True).assign_coords(time=("station", per_point))
+    with pytest.raises(CoordinateError, match=r"2 missing \(NaT\)") as info:
+        find_coords(obs, "t2m")
+    fixed = _fix(str(info.value), r"Drop those observations: (.*)\.$", obs)
+    assert fixed.sizes["station"] == 10
+    assert find_coords(fixed, "t2m").time == "time"
+
+
+def _long_form_table() -> xr.Dataset:
+    rows = [
+        {"station": f"s{s}", "time": t, "lat": 50.0 + s, "lon": 1.0 + s, "t2m": float(s)}
+        for s in range(3)
+        for t in pd.date_range("2020-01-01", periods=5, freq="D")
+        if (s, t.day) != (2, 2)
+    ]
+    return pd.DataFrame(rows).set_index(["station", "time"]).to_xarray()
+
+
+def test_long_form_table_with_latlon_along_time_is_an_error_with_the_fix():
+    ds = _long_form_table()
+    assert ds["lat"].dims == ("station", "time")
+    with pytest.raises(CoordinateError, match="vary along the time dimension 'time'") as info:
+        find_coords(ds, "t2m")
+    message = str(info.value)
+    assert "Reshape" not in message
+    fixed = _fix(message, r"one position per station: (.*?)\. If", ds)
+    layout = find_coords(fixed, "t2m")
+    assert (layout.kind, layout.point_dims, layout.time_dim) == ("station", ("station",), "time")
+    np.testing.assert_array_equal(fixed["lat"].values, [50.0, 51.0, 52.0])
+    stacked = _fix(message, r"each observation a point: (.*)\.$", ds)
+    layout = find_coords(stacked, "t2m")
+    assert (layout.point_dims, layout.time, layout.time_dim) == (("obs",), "time", None)
+
+
+def test_datetime_metadata_along_the_points_is_not_time():
+    installed = pd.to_datetime(["1990-01-01", "2001-05-01", "2010-07-01"] * 4)
+    st = station_dataset().isel(time=0, drop=True)
+    st = st.assign_coords(installed=("station", installed))
+    layout = find_coords(st, "t2m")
+    assert (layout.time, layout.time_dim) == (None, None)
+    assert find_coords(st.assign_coords(time=station_dataset().time), "t2m").time == "time"
+    with_time = station_dataset().assign_coords(installed=("station", installed))
+    assert find_coords(with_time, "t2m").time == "time"
+    # Named or CF-identified as time, a datetime along the points is one time per observation.
+    assert find_coords(st.rename(installed="date"), "t2m").time == "date"
+    st["installed"].attrs["standard_name"] = "time"
+    assert find_coords(st, "t2m").time == "installed"
+    # A datetime along a dimension of its own is still the time axis.
+    other = st.drop_vars("installed").expand_dims(when=3, axis=0)
+    other = other.assign_coords(when=hourly_times(3))
+    assert find_coords(other, "t2m").time_dim == "when"

@@ -95,6 +95,29 @@ def test_units_checks():
     with pytest.raises(IncompatibleUnitsError) as err:
         check_same_units("sp", "Pa", "m", ("context", "targets"))
     assert "273.15" not in str(err.value)
+    # ERA5's and CMIP's spellings of the same compound units
+    for a, b in (("W m**-2", "W m-2"), ("kg m**-2 s**-1", "kg m-2 s-1"), ("kg/m2/s", "kg m-2 s-1"),
+                 ("kg.m-2.s-1", "kg m^-2 s^-1"), ("deg C", "degC")):  # fmt: skip
+        check_same_units("v", a, b, ("context", "targets"))
+    with pytest.raises(IncompatibleUnitsError):
+        check_same_units("v", "W m-2", "W m-1", ("context", "targets"))
+
+
+def test_a_dataarray_and_one_covariate_name_as_a_string():
+    ds = xr.Dataset(
+        {"v": ("x", [1.0, 3.0, 5.0]), "sst": ("x", [10.0, 12.0, 14.0], {"units": "degC"})},
+        coords={"lat": ("x", [0.0, 1, 2]), "lon": ("x", [0.0, 0, 0])},
+    )
+    # one covariate given as a string is one name, not its letters
+    norm = Normaliser.fit(ds, "v", covariates="sst")
+    assert set(norm.stats) == {"v", "sst"}
+    # a DataArray, named or not, is its own (only) variable
+    assert Normaliser.fit(ds.v, "v").stats["v"].mean == 3.0
+    assert Normaliser.fit(ds.v.rename(None), "v").stats["v"].mean == 3.0
+    # covariate units are checked like the variables'
+    norm.check_covariate_units(ds, ["sst", "hour_of_day"], "context")
+    with pytest.raises(IncompatibleUnitsError, match=r"sst.*'degC'.*'K'"):
+        norm.check_covariate_units(ds.assign(sst=ds.sst.assign_attrs(units="K")), ["sst"])
 
 
 def test_fit_does_not_modify_or_load_the_data():

@@ -23,6 +23,7 @@ from xnp.errors import (
     CoordinateError,
     DimensionError,
     EmptyDataError,
+    IncompatibleUnitsError,
     ShapeError,
     VariableNotFoundError,
 )
@@ -216,6 +217,20 @@ def test_dem_covariate_and_points_outside_the_dem_are_dropped():
     )
     with pytest.raises(DimensionError, match="DEM"):
         interpolate_dem(regional.expand_dims(band=2), np.zeros(1), np.zeros(1))
+    # a DEM in feet is converted; one in units that are not a length is refused
+    feet = (regional / 0.3048).assign_attrs(units="ft")
+    in_feet = to_points(ds, "t2m", covariates="elevation", dem=feet)
+    np.testing.assert_allclose(in_feet.x, points.x, rtol=1e-6)
+    with pytest.raises(IncompatibleUnitsError, match="not a length"):
+        to_points(ds, "t2m", covariates=["elevation"], dem=regional.assign_attrs(units="degC"))
+
+
+def test_one_place_with_scalar_coordinates():
+    ds = station_dataset(nt=5).isel(station=1)  # as ds.sel(station="X") gives
+    points = to_points(ds, "t2m", covariates="hour_of_day")
+    assert len(points) == 5
+    np.testing.assert_array_equal(points.lat, float(ds.lat))
+    np.testing.assert_allclose(points.lon, float(ds.lon), rtol=1e-12)
 
 
 def test_predictions_to_xarray_on_a_grid():
@@ -250,3 +265,18 @@ def test_per_observation_times():
     points = to_points(ds, "t2m", covariates=["hour_of_day"])
     np.testing.assert_array_equal(points.time - points.time[0], np.arange(12.0))
     np.testing.assert_allclose(points.x[1], [np.sin(np.pi / 12), np.cos(np.pi / 12)])
+
+
+def test_elevation_coordinate_in_other_length_units():
+    ds = station_dataset(nt=2)
+    metres = np.linspace(0.0, 900.0, ds.sizes["station"])
+    in_m = to_points(ds.assign_coords(elevation=("station", metres, {"units": "m"})), "t2m",
+                     covariates=["elevation"])  # fmt: skip
+    for units, factor in (("ft", 0.3048), ("km", 1000.0), ("cm", 0.01)):
+        other = ds.assign_coords(elevation=("station", metres / factor, {"units": units}))
+        got = to_points(other, "t2m", covariates=["elevation"])
+        np.testing.assert_allclose(got.x, in_m.x, rtol=1e-9, atol=1e-9)
+    odd = ds.assign_coords(elevation=("station", metres, {"units": "degC"}))
+    to_points(odd, "t2m")  # not used as a covariate: no error
+    with pytest.raises(IncompatibleUnitsError, match="not a length"):
+        to_points(odd, "t2m", covariates=["elevation"])

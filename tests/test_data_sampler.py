@@ -144,6 +144,33 @@ def test_multi_source_units_must_match(grid):
         TaskSampler({"stations": stations, "era5": grid}, "t2m")
 
 
+def test_covariate_units_must_match_between_sources(grid):
+    stations = station_dataset(nt=20).assign_coords(time=grid.time)
+    sst = lambda ds, units: xr.full_like(ds.t2m, 10.0).assign_attrs(units=units)  # noqa: E731
+    sources = {"era5": grid.assign(sst=sst(grid, "degC")),
+               "stations": stations.assign(sst=sst(stations, "K"))}  # fmt: skip
+    with pytest.raises(IncompatibleUnitsError, match=r"sst.*'degC'.*'K'"):
+        TaskSampler(sources, "t2m", covariates=["sst"])
+    sources["stations"]["sst"].attrs["units"] = "deg C"  # another spelling of the same unit
+    TaskSampler(sources, "t2m", covariates="sst", batch_size=2).batch(0)
+
+
+def test_one_place_only_is_named_as_the_problem():
+    ds = station_dataset(nt=20).isel(station=0)  # scalar lat/lon, as ds.sel(station=...) gives
+    with pytest.raises(EmptyDataError, match="one place only"):
+        TaskSampler(ds, "t2m", ForecastTasks(frames=2))
+
+
+def test_task_specs_check_their_fractions():
+    assert SpatialTasks(context_fraction=[0.1, 0.5]).context_fraction == (0.1, 0.5)
+    assert SpatialTasks(context_count=[3, 5]).context_count == (3, 5)
+    for bad in ((0.2, 0.8), 0.0, [0.5], True):
+        with pytest.raises(ConfigError, match=r"ForecastTasks\.context_fraction"):
+            ForecastTasks(context_fraction=bad)
+    with pytest.raises(ConfigError, match="context_fraction"):
+        SpatialTasks(context_fraction="half")
+
+
 def test_config_errors(grid):
     with pytest.raises(ConfigError, match="target_source"):
         TaskSampler({"a": grid}, "t2m", target_source="b")

@@ -250,3 +250,17 @@ def test_forecasts_of_held_out_times_match_validation(trained):
     z = np.abs(err / out.field_std)
     assert 0.8 < float((z < 1.96).mean()) <= 1.0
     assert rmse < 0.6 * float(ds.field.std())
+
+
+def test_default_tasks_follow_the_time_axis():
+    from xnp.api import default_tasks
+
+    ds = xnp.datasets.gp_sphere(n_lat=4, n_lon=5, n_time=36)
+    six_hourly = ds.assign_coords(time=pd.date_range("2000-01-01", periods=36, freq="6h"))
+    assert isinstance(default_tasks(six_hourly, "field"), ForecastTasks)
+    gappy = six_hourly.drop_isel(time=[5, 6, 20])  # missing times keep the step
+    assert default_tasks(gappy, "field").step == 6.0
+    # calendar months differ in length: no exact forecast step, so spatial tasks
+    monthly = ds.assign_coords(time=pd.date_range("2000-01-01", periods=36, freq="MS"))
+    assert isinstance(default_tasks(monthly, "field"), SpatialTasks)
+    assert isinstance(default_tasks(ds.isel(time=0), "field"), SpatialTasks)

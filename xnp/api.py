@@ -72,8 +72,9 @@ DEFAULT_MAX_POINTS = 1024
 def default_tasks(data: xr.Dataset, variable: str, validation_fraction: float = 0.1) -> Tasks:
     """The task specification :func:`fit` uses when none is given.
 
-    Without a time axis (or with fewer than three times): :class:`SpatialTasks`.
-    With one: :class:`ForecastTasks` following the BSA-TNP ERA5 setup, 4 context
+    Without a time axis (or with fewer than three times), or with times whose
+    steps are not whole multiples of one step (calendar months or years, whose
+    lengths differ): :class:`SpatialTasks`.  Otherwise :class:`ForecastTasks` following the BSA-TNP ERA5 setup, 4 context
     frames 6 h apart and targets 6 h after the last one, when the data's time
     step divides 6 h; otherwise frames one time step apart and a one-step lead
     (fewer frames if the training period is short).  Both cap tasks at
@@ -92,8 +93,17 @@ def default_tasks(data: xr.Dataset, variable: str, validation_fraction: float = 
     if layout.time_dim is None or data.sizes[layout.time_dim] < 3:
         return SpatialTasks(**caps)
     hours = np.sort(time_hours(data[layout.time].values))
-    dt = float(np.median(np.diff(hours)))
+    steps = np.diff(hours)
+    dt = float(np.median(steps))
     if dt <= 0:
+        return SpatialTasks(**caps)
+    multiples = steps / dt
+    if np.any(np.abs(multiples - np.round(multiples)) > 1e-6):
+        log.info(
+            "The time steps of %r are irregular (from %.0f h to %.0f h, e.g. calendar "
+            "months): the default tasks are spatial.  Forecast tasks need a regular step.",
+            variable, float(steps.min()), float(steps.max()),
+        )  # fmt: skip
         return SpatialTasks(**caps)
     ratio = 6.0 / dt
     step = 6.0 if abs(ratio - round(ratio)) < 1e-9 and round(ratio) >= 1 else dt

@@ -204,6 +204,7 @@ class _Payload:
         )
         for name, values in zip(self.covariates, covariates, strict=True):
             sub[name] = xr.Variable(self.dims, values, self.template_attrs.get(name))  # units
+        self.model.normaliser.check_covariate_units(sub, self.model.covariates, "targets")
         targets = to_points(sub, None, covariates=self.model.covariates, **self.names)
         out = np.full((int(np.prod(shape)), 2 * len(self.model.variables)), np.nan, np.float32)
         if len(targets):
@@ -378,6 +379,7 @@ def _source_points(
         src = src.isel({layout.time_dim: idx})
     for v in model.variables:
         model.normaliser.check_units(v, src[v].attrs.get("units"), f"context source {source}")
+    model.normaliser.check_covariate_units(src, model.covariates, f"context source {source}")
     try:
         ps = to_points(src, list(model.variables), covariates=model.covariates, layout=layout)
     except EmptyDataError:
@@ -409,6 +411,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     for v in variables:
         if not zero_shot:
             model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
+    model.normaliser.check_covariate_units(data, model.covariates, "context")
     ps = to_points(data, variables, covariates=model.covariates, **_names(model, data))
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         stats = {}
@@ -464,6 +467,7 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
             light = light.assign_coords(dict(zip(lazy_coords, values, strict=True)))
         tgt_ps = to_points(light, None, **names)
     else:
+        model.normaliser.check_covariate_units(template, model.covariates, "targets")
         tgt_ps = to_points(template, None, covariates=model.covariates, **names)
     _warn_far_targets(model, ctx.points, tgt_ps)
     outside = _outside_grid(model, tgt_ps.s)

@@ -20,6 +20,7 @@ __all__ = [
     "TIME_NAMES",
     "X_NAMES",
     "Y_NAMES",
+    "elevation_factor",
 ]
 
 #: Latitude coordinate names, most common first.
@@ -70,3 +71,41 @@ X_NAMES = ("x", "projection_x_coordinate", "easting", "xc", "rlon")
 
 #: Projected y coordinate names.
 Y_NAMES = ("y", "projection_y_coordinate", "northing", "yc", "rlat")
+
+
+#: Metres per unit, for the length units an elevation may come in (lower case).
+HEIGHT_UNITS = {
+    **dict.fromkeys(("m", "metre", "metres", "meter", "meters", "gpm", "m asl", "m a.s.l."), 1.0),
+    **dict.fromkeys(KM_UNITS, 1000.0),
+    **dict.fromkeys(("cm", "centimetre", "centimetres", "centimeter", "centimeters"), 0.01),
+    **dict.fromkeys(("mm", "millimetre", "millimetres", "millimeter", "millimeters"), 0.001),
+    **dict.fromkeys(("dam", "decametre", "decametres", "decameter", "decameters"), 10.0),
+    **dict.fromkeys(("ft", "feet", "foot", "international_foot"), 0.3048),
+}
+
+
+def elevation_factor(units: object, name: str) -> float:
+    """Factor from an elevation's ``units`` to metres (geopotential: divided by g).
+
+    Missing units are taken as metres; units that are not a length (or
+    geopotential) raise :class:`~xnp.errors.IncompatibleUnitsError`.
+
+    Examples
+    --------
+    >>> elevation_factor("km", "orog"), elevation_factor(None, "orog"), elevation_factor("ft", "z")
+    (1000.0, 1.0, 0.3048)
+    """
+    from xnp.errors import IncompatibleUnitsError
+
+    if units is None:
+        return 1.0
+    text = " ".join(str(units).split()).lower()
+    if text in GEOPOTENTIAL_UNITS:
+        return 1.0 / STANDARD_GRAVITY
+    if text in HEIGHT_UNITS:
+        return HEIGHT_UNITS[text]
+    raise IncompatibleUnitsError(
+        f"The elevation {name!r} has units {str(units)!r}, which is not a length xnp knows "
+        f"({', '.join(sorted({'m', 'km', 'cm', 'mm', 'dam', 'ft'}))}) nor geopotential "
+        f"(m**2 s**-2).  Convert it to metres and set attrs['units'] = 'm'."
+    )

@@ -21,12 +21,15 @@ time dimension is handled separately; every other dimension of the variable is a
 from __future__ import annotations
 
 import dataclasses
+import keyword
+import math
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import cf_xarray  # noqa: F401  (registers the .cf accessor)
 import numpy as np
+import pandas as pd
 import pyproj
 import xarray as xr
 
@@ -36,6 +39,7 @@ from xnp.errors import (
     ConfigError,
     CoordinateError,
     DimensionError,
+    IncompatibleUnitsError,
     VariableNotFoundError,
     XnpError,
 )
@@ -139,6 +143,48 @@ def _is_datetime(values: Any) -> bool:
     if values.dtype == object and values.size:
         return hasattr(values.flat[0], "calendar")
     return False
+
+
+def _is_tz_aware(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds timezone-aware datetimes.
+
+    pandas keeps them as a ``DatetimeTZDtype`` (whose ``.values`` are naive
+    ``datetime`` objects, so :func:`_is_datetime` does not see them); a scalar one is
+    an object holding a ``Timestamp`` with a ``tzinfo``.
+    """
+    if isinstance(coord.dtype, pd.DatetimeTZDtype):
+        return True
+    if coord.dtype == object and coord.size:
+        return getattr(coord.values.flat[0], "tzinfo", None) is not None
+    return False
+
+
+def _is_time_like(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds datetimes, naive or timezone-aware."""
+    return _is_datetime(coord.values) or _is_tz_aware(coord)
+
+
+def _kwargs(items: Mapping[str, str]) -> str:
+    """Arguments ``name=code`` (or one ``{'name': code}`` mapping) for a suggested call."""
+    if all(k.isidentifier() and not keyword.iskeyword(k) for k in items):
+        return ", ".join(f"{k}={v}" for k, v in items.items())
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in items.items()) + "}"
+
+
+def _tz_aware(obj: XrObj, name: str) -> CoordinateError:
+    """The error for a timezone-aware time coordinate ``name``."""
+    coord = obj[name]
+    if coord.ndim == 1 and name == str(coord.dims[0]):
+        naive = f"ds.indexes[{name!r}].tz_convert(None)"
+    elif coord.ndim == 1:
+        naive = f"({coord.dims[0]!r}, pd.DatetimeIndex(ds[{name!r}].data).tz_convert(None))"
+    else:
+        naive = f"pd.Timestamp(ds[{name!r}].item()).tz_convert(None)"
+    return CoordinateError(
+        f"The time coordinate {name!r} is timezone-aware ({coord.dtype}); xnp needs naive "
+        "times in UTC. Convert it to UTC and drop the timezone: "
+        f"ds = ds.assign_coords({_kwargs({name: naive})})."
+    )
 
 
 #: CF units of an undecoded time, e.g. ``"hours since 2000-01-01"``.
@@ -351,7 +397,8 @@ def find_coords(
         spatial = {str(d) for d in obj[x_name].dims} | {str(d) for d in obj[y_name].dims}
         kind = "projected"
     point_dims = _ordered(spatial, order)
-    time_name, time_dim = _find_time(obj, time, set(point_dims))
+    locators = (lat_name, lon_name) if kind != "projected" else (y_name, x_name)
+    time_name, time_dim = _find_time(obj, time, point_dims, locators)
     elev, scale = _find_elevation(obj, elevation, set(point_dims), exclude=variable)
     taken = set(point_dims) | ({time_dim} if time_dim else set())
     extra = tuple(str(d) for d in var.dims if str(d) not in taken) if variable else ()
@@ -460,14 +507,26 @@ def _vars(obj: XrObj) -> list[xr.DataArray]:
 
 
 def _find_time(
-    obj: XrObj, time: str | None, point_dims: set[str]
+    obj: XrObj, time: str | None, point_dims: tuple[str, ...], locators: tuple[Any, Any]
 ) -> tuple[str | None, str | None]:
+    """The time coordinate and its dimension (None for a scalar or per-point time).
+
+    Coordinates identified as time (CF metadata or a name in
+    :data:`xnp.data._names.TIME_NAMES`) come first; another datetime coordinate is
+    taken only if it is scalar or runs along a non-spatial dimension, so a datetime
+    that describes the points (a station's installation date) is not taken as time.
+    """
+    spatial = set(point_dims)
     if time is not None:
         name = _explicit(obj, time, "time coordinate")
     else:
         candidates = _by_cf(obj, "time") + _by_name(obj, _names.TIME_NAMES, coords_only=True)
-        candidates += [str(n) for n in obj.coords if _is_datetime(obj[n].values)]
-        candidates = [c for c in candidates if _is_datetime(obj[c].values)]
+        candidates += [
+            str(n)
+            for n, c in obj.coords.items()
+            if not (c.ndim and {str(d) for d in c.dims} <= spatial)
+        ]
+        candidates = [c for c in candidates if _is_time_like(obj[c])]
         if not candidates:
             undecoded = _undecoded_time(obj)
             if undecoded is not None:
@@ -475,17 +534,75 @@ def _find_time(
             return None, None
         name = candidates[0]
     coord = obj[name]
+    if _is_tz_aware(coord):
+        raise _tz_aware(obj, name)
     if not _is_datetime(coord.values):
         raise _not_datetime(obj, name)
-    if coord.ndim == 0 or set(coord.dims) <= point_dims:
+    if coord.ndim == 0 or set(coord.dims) <= spatial:
+        _check_not_long_form(obj, name, point_dims, locators)
+        _check_no_missing_times(obj, name, point_dims)
         return name, None  # one time for all, or one time per observation
     if coord.ndim > 1:
         raise DimensionError(
             f"The time coordinate {name!r} has dims {coord.dims}; xnp needs a 1-D, scalar or "
             "per-point time. Select one forecast step or stack valid times onto one dimension."
         )
+    _check_no_missing_times(obj, name, point_dims)
     check_time_axis(time_hours(coord.values), name)
     return name, str(coord.dims[0])
+
+
+def _check_not_long_form(
+    obj: XrObj, name: str, point_dims: tuple[str, ...], locators: tuple[Any, Any]
+) -> None:
+    """Raise :class:`CoordinateError` when the locators run along the time dimension.
+
+    A long-form table turned into xarray (``df.set_index(["station", "time"])
+    .to_xarray()``) gives latitude/longitude along (station, time), which would make
+    time a spatial dimension.
+    """
+    coord = obj[name]
+    if coord.ndim != 1 or len(point_dims) < 2:
+        return
+    dim = str(coord.dims[0])
+    if dim not in point_dims or (name != dim and dim.lower() not in _names.TIME_NAMES):
+        return
+    names = [str(n) for n in locators]
+    along = [n for n in names if dim in obj[n].dims]
+    others = tuple(d for d in point_dims if d != dim)
+    fixed = _kwargs({n: f"ds[{n!r}].max({dim!r})" for n in along})
+    raise CoordinateError(
+        f"The {'/'.join(map(repr, names))} coordinates vary along the time dimension "
+        f"{dim!r} ({', '.join(f'{n!r} has dims {obj[n].dims}' for n in along)}), as in a "
+        "long-form table turned into xarray (df.set_index(['station', 'time']).to_xarray()); "
+        "xnp needs positions that do not depend on time. If the stations do not move, keep "
+        f"one position per station: ds = ds.assign_coords({fixed}). If they do move, make "
+        f"each observation a point: ds = ds.stack(obs={(*others, dim)!r}).reset_index('obs')."
+    )
+
+
+def _check_no_missing_times(obj: XrObj, name: str, point_dims: tuple[str, ...]) -> None:
+    """Raise :class:`CoordinateError` when the time coordinate ``name`` holds NaT."""
+    coord = obj[name]
+    missing = int(np.count_nonzero(pd.isna(coord.values)))
+    if not missing:
+        return
+    head = f"The time coordinate {name!r} has {missing} missing (NaT) time(s)"
+    if coord.ndim == 0:
+        fix = (
+            f"Give it a time, e.g. ds = ds.assign_coords({_kwargs({name: repr('2020-01-01')})}"
+            f"), or drop it: ds = ds.drop_vars({name!r})."
+        )
+    elif coord.ndim == 1:
+        dim = str(coord.dims[0])
+        what = "observations" if dim in point_dims else "times"
+        fix = f"Drop those {what}: ds = ds.isel({_kwargs({dim: f'ds[{name!r}].notnull()'})})."
+    else:
+        fix = (
+            "Single points of a grid cannot be dropped: select a part of the grid where every "
+            "point has a time, or give them valid times."
+        )
+    raise CoordinateError(f"{head}. {fix}")
 
 
 def _find_elevation(
@@ -514,7 +631,10 @@ def _find_elevation(
             return name, 1.0 / _names.STANDARD_GRAVITY
         if name.lower() in _names.GEOPOTENTIAL_NAMES:
             return name, 1.0 / _names.STANDARD_GRAVITY
-        return name, 1000.0 if units in _names.KM_UNITS else 1.0
+        try:
+            return name, _names.elevation_factor(da.attrs.get("units"), name)
+        except IncompatibleUnitsError:
+            return name, math.nan  # an error only where it is used (elevation_metres)
     return None, 1.0
 
 
@@ -623,5 +743,7 @@ def elevation_metres(obj: XrObj, layout: Layout) -> np.ndarray | None:
     """
     if layout.elevation is None:
         return None
+    if not math.isfinite(layout.elevation_scale):  # units that are not a length: say so
+        _names.elevation_factor(obj[layout.elevation].attrs.get("units"), layout.elevation)
     values = _broadcast(obj, layout.elevation, layout.point_dims)
     return values * layout.elevation_scale

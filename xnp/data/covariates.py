@@ -41,6 +41,17 @@ __all__ = [
 PERIODIC_COVARIATES = ("hour_of_day", "solar_time", "day_of_year")
 
 
+def covariate_names(covariates: str | Sequence[str]) -> tuple[str, ...]:
+    """Covariate names as a tuple; one name may be given as a plain string.
+
+    Examples
+    --------
+    >>> covariate_names("elevation"), covariate_names(["elevation", "hour_of_day"])
+    (('elevation',), ('elevation', 'hour_of_day'))
+    """
+    return (covariates,) if isinstance(covariates, str) else tuple(covariates)
+
+
 def covariate_channels(names: Sequence[str]) -> tuple[str, ...]:
     """Names of the channels the covariates ``names`` produce, in order.
 
@@ -49,6 +60,7 @@ def covariate_channels(names: Sequence[str]) -> tuple[str, ...]:
     >>> covariate_channels(["elevation", "hour_of_day"])
     ('elevation', 'hour_of_day_sin', 'hour_of_day_cos')
     """
+    names = covariate_names(names)
     channels: list[str] = []
     for name in names:
         if name in PERIODIC_COVARIATES:
@@ -107,10 +119,7 @@ def interpolate_dem(dem: xr.DataArray, lat: np.ndarray, lon: np.ndarray) -> np.n
 
 
 def _units_factor(da: xr.DataArray) -> float:
-    units = str(da.attrs.get("units", "m")).strip().lower()
-    if units in _names.GEOPOTENTIAL_UNITS:
-        return 1.0 / _names.STANDARD_GRAVITY
-    return 1000.0 if units in _names.KM_UNITS else 1.0
+    return _names.elevation_factor(da.attrs.get("units"), str(da.name))
 
 
 def point_covariates(
@@ -154,7 +163,7 @@ def point_covariates(
     """
     n = lat.shape[0]
     columns: list[np.ndarray] = []
-    for name in names:
+    for name in covariate_names(names):
         if name == "elevation":
             columns.append(_elevation(obj, layout, point_index, lat, lon, dem, lat_grid, lon_grid))
         elif name in PERIODIC_COVARIATES:

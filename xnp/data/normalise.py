@@ -15,6 +15,7 @@ nothing is loaded as a whole.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,13 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.coords import Layout, elevation_metres, find_coords, latlon, resolve_variables
-from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels, interpolate_dem
+from xnp.data.covariates import (
+    PERIODIC_COVARIATES,
+    covariate_channels,
+    covariate_names,
+    interpolate_dem,
+)
+from xnp.data.points import as_dataset
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
 
 __all__ = ["Normaliser", "Stats", "check_same_units"]
@@ -73,7 +80,7 @@ def check_same_units(
 _UNIT_SPELLINGS = {
     "K": ("k", "kelvin", "kelvins", "degk", "deg_k", "degree_kelvin", "degrees_kelvin"),
     "degC": ("degc", "deg_c", "°c", "celsius", "degree_celsius", "degrees_celsius",
-             "degree_c", "degrees_c", "c"),
+             "degree_c", "degrees_c", "c", "deg c", "degree c", "degrees c"),
     "degF": ("degf", "deg_f", "°f", "fahrenheit", "degree_fahrenheit", "degrees_fahrenheit"),
     "m": ("m", "metre", "metres", "meter", "meters"),
     "km": ("km", "kilometre", "kilometres", "kilometer", "kilometers"),
@@ -97,14 +104,27 @@ _CONVERSIONS = {
 def _canonical_units(units: str) -> str:
     """One spelling per unit for the common CF/UDUNITS names (others as written).
 
+    Units outside the table have their exponents written the UDUNITS way, so that
+    ERA5's ``W m**-2`` and CMIP's ``W m-2`` (or ``kg m^-2 s^-1``, ``kg.m-2.s-1``,
+    ``kg/m2/s``) compare equal.
+
     >>> (
     ...     _canonical_units("kelvin"),
     ...     _canonical_units(" degrees_Celsius "),
-    ...     _canonical_units("W m-2"),
+    ...     _canonical_units("W m**-2"),
+    ...     _canonical_units("kg/m2/s"),
     ... )
-    ('K', 'degC', 'W m-2')
+    ('K', 'degC', 'W m-2', 'kg m-2 s-1')
     """
     text = " ".join(str(units).split())
+    if text.lower() in _UNIT_NAMES:
+        return _UNIT_NAMES[text.lower()]
+    text = re.sub(r"\*\*|\^", "", text)  # m**-2, m^-2 → m-2
+    text = re.sub(r"(?<=[\w)])\.(?=[A-Za-z])", " ", text)  # kg.m-2 → kg m-2
+    text = re.sub(  # /s → s-1, /m2 → m-2
+        r"/\s*([A-Za-z]+)(-?\d*)", lambda m: f" {m[1]}{-int(m[2] or 1)}", text
+    )
+    text = " ".join(text.split())
     return _UNIT_NAMES.get(text.lower(), text)
 
 
@@ -162,6 +182,18 @@ class Normaliser:
         """Raise :class:`IncompatibleUnitsError` if ``units`` differ from those fitted."""
         if name in self.stats:
             check_same_units(name, self.stats[name].units, units, ("fitted model", what))
+
+    def check_covariate_units(
+        self, data: xr.Dataset, covariates: Sequence[str], what: str = "data"
+    ) -> None:
+        """:meth:`check_units` for the covariates ``data`` holds as variables or coordinates.
+
+        Built-in covariates (``elevation``, converted to metres, and the periodic
+        ones) are skipped.
+        """
+        for name in covariate_names(covariates):
+            if name != "elevation" and name not in PERIODIC_COVARIATES and name in data.variables:
+                self.check_units(name, data[name].attrs.get("units"), what)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; :meth:`from_json` rebuilds the normaliser."""
@@ -221,10 +253,11 @@ class Normaliser:
         >>> Normaliser.fit(ds, "v").stats["v"]
         Stats(mean=2.0, std=1.0, units=None, long_name=None)
         """
+        data = as_dataset(data, variables)
         variables = resolve_variables(data, variables)
         layout = layout or find_coords(data, variables[0], **names)
         lazy: dict[str, xr.DataArray] = {name: data[name] for name in variables}
-        for name in covariates:
+        for name in covariate_names(covariates):
             if name == "elevation":
                 lazy[name] = _elevation_field(data, layout, dem)
             elif name not in PERIODIC_COVARIATES:

@@ -22,7 +22,7 @@ import xarray as xr
 
 from xnp.data import _names
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
-from xnp.data.covariates import covariate_channels, point_covariates
+from xnp.data.covariates import covariate_channels, covariate_names, point_covariates
 from xnp.data.times import day_and_year_fractions, time_hours
 from xnp.errors import DimensionError, EmptyDataError, ShapeError
 
@@ -117,6 +117,28 @@ class PointSet:
         )
 
 
+def as_dataset(
+    data: xr.Dataset | xr.DataArray, variables: str | Sequence[str] | None = None
+) -> xr.Dataset:
+    """``data`` as a Dataset: a DataArray becomes its only variable.
+
+    An unnamed DataArray is named after the (first) requested variable, or
+    ``"value"``.
+
+    Examples
+    --------
+    >>> list(as_dataset(xr.DataArray([1.0], dims="x"), "t2m").data_vars)
+    ['t2m']
+    """
+    if isinstance(data, xr.Dataset):
+        return data
+    name = data.name
+    if name is None:
+        wanted = [variables] if isinstance(variables, str) else list(variables or ())
+        name = wanted[0] if wanted else "value"
+    return data.to_dataset(name=str(name))
+
+
 def to_points(
     data: xr.Dataset | xr.DataArray,
     variable: str | Sequence[str] | None = None,
@@ -170,8 +192,9 @@ def to_points(
     (3, [[50.0, -1.0], [51.0, -1.0], [51.0, 0.0]])
     """
     if isinstance(data, xr.DataArray):
-        data = data.to_dataset(name=str(data.name) if data.name is not None else "value")
+        data = as_dataset(data, variable)
         variable = variable if variable is not None else next(iter(data.data_vars))
+    covariates = covariate_names(covariates)
     variables = resolve_variables(data, variable)
     if layout is None:
         layout = find_coords(data, variables[0] if variables else None, **names)
@@ -203,8 +226,10 @@ def to_points(
 
     point_index = tuple(index[d] for d in layout.point_dims)
     lat_grid, lon_grid = latlon(data, layout)
-    lat, lon = lat_grid[point_index], lon_grid[point_index]
     n = flat.size
+    # a single place (scalar lat/lon, e.g. ds.sel(station="X")) has no point dims
+    lat = np.broadcast_to(lat_grid[point_index], (n,)).copy()
+    lon = np.broadcast_to(lon_grid[point_index], (n,)).copy()
     hours = np.zeros(n, np.float64)
     day = year = None
     if layout.time is not None:

@@ -27,9 +27,9 @@ import xarray as xr
 
 from xnp.data.batch import Batch, Task, TaskPoints, collate
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
-from xnp.data.covariates import interpolate_dem
+from xnp.data.covariates import PERIODIC_COVARIATES, covariate_names, interpolate_dem
 from xnp.data.normalise import Normaliser, check_same_units
-from xnp.data.points import PointSet, to_points
+from xnp.data.points import PointSet, as_dataset, to_points
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import match_hours, time_hours, validation_cut
 from xnp.errors import ConfigError, EmptyDataError
@@ -104,8 +104,7 @@ def _make_source(
     extra_dims: Literal["raise", "flatten"],
     names: Mapping[str, Any],
 ) -> _Source:
-    if isinstance(data, xr.DataArray):
-        data = data.to_dataset(name=str(data.name))
+    data = as_dataset(data, variables)
     variables = resolve_variables(data, list(variables))
     layout = find_coords(data, variables[0], **names)
     if layout.time is not None and layout.time_dim is None and data[layout.time].ndim > 0:
@@ -236,11 +235,19 @@ class TaskSampler:
         self.batch_size, self.seed, self.split = batch_size, seed, split
         self.buckets = None if buckets is None else tuple(sorted(buckets))
         self.num_batches = num_batches
+        covariates = covariate_names(covariates)
         self.sources = [
             _make_source(n, i, d, self.variables, covariates, dem, extra_dims, names)
             for i, (n, d) in enumerate(sources.items())
         ]
         self._target = next(s for s in self.sources if s.name == target_source)
+        if np.size(self._target.lat_grid) < 2:
+            raise EmptyDataError(
+                f"Source {target_source!r} has one place only; a task needs at least 2 "
+                "places (targets, and context elsewhere or earlier).  Give the data of "
+                "several stations or grid cells (for one station, expand_dims('station') "
+                "and add others)."
+            )
         for other in self.sources:
             for v in self.variables:
                 check_same_units(
@@ -249,10 +256,24 @@ class TaskSampler:
                     other.view[v].attrs.get("units"),
                     (f"target source {target_source!r}", f"context source {other.name!r}"),
                 )
+            for c in covariates:  # user covariates (elevation is converted to metres)
+                if c == "elevation" or c in PERIODIC_COVARIATES:
+                    continue
+                if c in self._target.view.variables and c in other.view.variables:
+                    check_same_units(
+                        c,
+                        self._target.view[c].attrs.get("units"),
+                        other.view[c].attrs.get("units"),
+                        (f"target source {target_source!r}", f"context source {other.name!r}"),
+                    )
         self._setup_times(validation_fraction)
         self.normaliser = normaliser or self._fit_normaliser()
         for v in self.variables:
             self.normaliser.check_units(v, self._target.view[v].attrs.get("units"))
+        for source in self.sources:
+            self.normaliser.check_covariate_units(
+                source.view, covariates, f"source {source.name!r}"
+            )
 
     @property
     def times(self) -> np.ndarray | None:

@@ -29,7 +29,8 @@ _KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 
 def _check_range(name: str, value: float | tuple[float, float], low: float, high: float) -> None:
     pair = value if isinstance(value, tuple) else (value, value)
-    if len(pair) != 2 or not low <= pair[0] <= pair[1] <= high:
+    real = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in pair)
+    if len(pair) != 2 or not real or not low <= pair[0] <= pair[1] <= high:
         raise ConfigError(
             f"{name} must be a number or an increasing (min, max) pair within [{low}, {high}]; "
             f"got {value!r}."
@@ -75,6 +76,9 @@ class SpatialTasks:
     max_targets: int = 4096
 
     def __post_init__(self) -> None:
+        for name in ("context_fraction", "context_count"):  # a list from JSON or by hand
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
         if self.context_count is not None:
             _check_range("context_count", self.context_count, 1, np.inf)
@@ -110,7 +114,7 @@ class ForecastTasks:
     lead : float
         Hours from the last context frame to the target time.
     context_fraction : float
-        Fraction of each context frame's points kept (1 keeps all).
+        Fraction of each context frame's points kept (1 keeps all; more than 0).
     max_context, max_targets : int
         Caps on the points per task (random subsets beyond them).
 
@@ -130,7 +134,13 @@ class ForecastTasks:
     def __post_init__(self) -> None:
         _check_count(frames=self.frames)
         _check_positive(step=self.step, lead=self.lead)
-        _check_range("context_fraction", self.context_fraction, 0.0, 1.0)
+        fraction = self.context_fraction
+        real = isinstance(fraction, numbers.Real) and not isinstance(fraction, bool)
+        if not real or not 0.0 < fraction <= 1.0:
+            raise ConfigError(
+                "ForecastTasks.context_fraction must be one number in (0, 1], the fraction "
+                f"of each context frame's points kept; got {fraction!r}."
+            )
         _check_count(max_context=self.max_context, max_targets=self.max_targets)
 
     @property

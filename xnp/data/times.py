@@ -29,17 +29,20 @@ def time_hours(values: np.ndarray) -> np.ndarray:
     """Hours since 1970-01-01 00:00 (in the data's own calendar), as float64.
 
     Works for ``numpy.datetime64`` and cftime datetimes alike, so the two give the
-    same hours for the same dates.
+    same hours for the same dates.  ``datetime64`` values are counted in their own
+    unit, so dates outside 1677-2262 (which ``datetime64[s]`` or ``[us]`` hold) come
+    out right; missing times (NaT) become NaN.
 
     Examples
     --------
     >>> time_hours(np.array(["1970-01-02T06:00"], "datetime64[ns]"))
     array([30.])
+    >>> time_hours(np.array(["1500-01-01", "NaT"], "datetime64[s]"))
+    array([-4119936.,       nan])
     """
     values = np.asarray(values)
     if np.issubdtype(values.dtype, np.datetime64):
-        delta = values - np.datetime64("1970-01-01T00:00:00", "ns")
-        return delta.astype("timedelta64[ns]").astype(np.float64) / 3.6e12
+        return _datetime64_hours(values)
     if values.size == 0:
         return np.zeros(values.shape, np.float64)
     import cftime
@@ -47,6 +50,38 @@ def time_hours(values: np.ndarray) -> np.ndarray:
     calendar = values.flat[0].calendar
     hours = cftime.date2num(values.ravel(), "hours since 1970-01-01 00:00:00", calendar=calendar)
     return np.asarray(hours, np.float64).reshape(values.shape)
+
+
+#: Hours in one unit of the ``datetime64`` units of a day or more.
+_HOURS_PER_UNIT = {"W": 168, "D": 24, "h": 1}
+
+#: Units of ``datetime64`` shorter than an hour, per hour.
+_UNITS_PER_HOUR = {
+    "m": 60,
+    "s": 3600,
+    "ms": 3600 * 10**3,
+    "us": 3600 * 10**6,
+    "ns": 3600 * 10**9,
+    "ps": 3600 * 10**12,
+    "fs": 3600 * 10**15,
+    "as": 3600 * 10**18,
+}
+
+
+def _datetime64_hours(values: np.ndarray) -> np.ndarray:
+    """Hours since 1970 of ``datetime64`` values, counted in their own unit (NaT -> NaN)."""
+    unit, count = np.datetime_data(values.dtype)
+    if unit not in _HOURS_PER_UNIT and unit not in _UNITS_PER_HOUR:  # Y, M, generic
+        unit = "D"
+    if count != 1 or unit != np.datetime_data(values.dtype)[0]:
+        values = values.astype(f"datetime64[{unit}]")
+    ticks = (values - np.datetime64("1970-01-01", unit)).astype(np.int64).astype(np.float64)
+    if unit in _HOURS_PER_UNIT:
+        hours = ticks * float(_HOURS_PER_UNIT[unit])
+    else:
+        hours = ticks / float(_UNITS_PER_HOUR[unit])
+    missing = np.isnat(values)
+    return np.where(missing, np.nan, hours) if missing.any() else hours
 
 
 def match_hours(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
@@ -64,7 +99,7 @@ def match_hours(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
 
 
 def check_time_axis(hours: np.ndarray, name: str) -> None:
-    """Raise :class:`CoordinateError` unless ``hours`` is strictly increasing.
+    """Raise :class:`CoordinateError` unless ``hours`` is strictly increasing (and not NaN).
 
     Examples
     --------
@@ -73,6 +108,12 @@ def check_time_axis(hours: np.ndarray, name: str) -> None:
     ...
     xnp.errors.CoordinateError: Time coordinate 'time' has a duplicate value at ...
     """
+    missing = int(np.isnan(hours).sum())
+    if missing:
+        raise CoordinateError(
+            f"Time coordinate {name!r} has {missing} missing (NaT) time(s). Drop them: "
+            f"ds = ds.isel({{{name!r}: ds[{name!r}].notnull()}})."
+        )
     steps = np.diff(hours)
     if (steps > 0).all():
         return
