@@ -260,9 +260,12 @@ def test_bias_bounds_shift_is_exact(scale):
         q, k, v, a
     )
     assert float(got[0]) == pytest.approx(float(ref[0]), rel=1e-5, abs=1e-4)
+    # float32 rounding of scores grows with the bias: 40× larger biases (|s| ~ 40) on the
+    # fallback path differ by ~2e-5 of the largest gradient on some CPUs
+    atol = 2e-5 * max(1.0, scale / 10.0)
     for g, g_ref in zip(got[1], ref[1], strict=True):
         scale_ = float(jnp.max(jnp.abs(g_ref))) or 1.0
-        np.testing.assert_allclose(g / scale_, g_ref / scale_, atol=2e-5)
+        np.testing.assert_allclose(g / scale_, g_ref / scale_, atol=atol)
 
 
 def test_rbf_bias_custom_gradient_equals_autodiff_of_the_formula():
