@@ -52,36 +52,16 @@ def time_hours(values: np.ndarray) -> np.ndarray:
     return np.asarray(hours, np.float64).reshape(values.shape)
 
 
-#: Hours in one unit of the ``datetime64`` units of a day or more.
-_HOURS_PER_UNIT = {"W": 168, "D": 24, "h": 1}
-
-#: Units of ``datetime64`` shorter than an hour, per hour.
-_UNITS_PER_HOUR = {
-    "m": 60,
-    "s": 3600,
-    "ms": 3600 * 10**3,
-    "us": 3600 * 10**6,
-    "ns": 3600 * 10**9,
-    "ps": 3600 * 10**12,
-    "fs": 3600 * 10**15,
-    "as": 3600 * 10**18,
-}
-
-
 def _datetime64_hours(values: np.ndarray) -> np.ndarray:
-    """Hours since 1970 of ``datetime64`` values, counted in their own unit (NaT -> NaN)."""
-    unit, count = np.datetime_data(values.dtype)
-    if unit not in _HOURS_PER_UNIT and unit not in _UNITS_PER_HOUR:  # Y, M, generic
-        unit = "D"
-    if count != 1 or unit != np.datetime_data(values.dtype)[0]:
-        values = values.astype(f"datetime64[{unit}]")
-    ticks = (values - np.datetime64("1970-01-01", unit)).astype(np.int64).astype(np.float64)
-    if unit in _HOURS_PER_UNIT:
-        hours = ticks * float(_HOURS_PER_UNIT[unit])
-    else:
-        hours = ticks / float(_UNITS_PER_HOUR[unit])
-    missing = np.isnat(values)
-    return np.where(missing, np.nan, hours) if missing.any() else hours
+    """Hours since 1970 of ``datetime64`` values, counted in their own unit (NaT -> NaN).
+
+    numpy subtracts and divides timedeltas in the finer of the two units, so nothing
+    is converted to nanoseconds (which overflows outside 1677-2262); calendar years
+    and months, which have no fixed length, are taken as their first day.
+    """
+    if np.datetime_data(values.dtype)[0] in ("Y", "M", "generic"):
+        values = values.astype("datetime64[D]")
+    return (values - np.datetime64("1970-01-01")) / np.timedelta64(1, "h")
 
 
 def match_hours(axis: np.ndarray, hours: np.ndarray) -> np.ndarray:
