@@ -52,6 +52,22 @@ def covariate_names(covariates: str | Sequence[str]) -> tuple[str, ...]:
     return (covariates,) if isinstance(covariates, str) else tuple(covariates)
 
 
+def user_covariates(covariates: str | Sequence[str]) -> tuple[str, ...]:
+    """The covariates that are the user's own variables or coordinates, with their units.
+
+    The built-in ones are left out: ``elevation`` (converted to metres from any
+    length unit) and the periodic time features.
+
+    Examples
+    --------
+    >>> user_covariates(["elevation", "sst", "hour_of_day"])
+    ('sst',)
+    """
+    return tuple(
+        c for c in covariate_names(covariates) if c != "elevation" and c not in PERIODIC_COVARIATES
+    )
+
+
 def covariate_channels(names: Sequence[str]) -> tuple[str, ...]:
     """Names of the channels the covariates ``names`` produce, in order.
 
@@ -163,7 +179,7 @@ def point_covariates(
     """
     n = lat.shape[0]
     columns: list[np.ndarray] = []
-    for name in covariate_names(names):
+    for name in names:
         if name == "elevation":
             columns.append(_elevation(obj, layout, point_index, lat, lon, dem, lat_grid, lon_grid))
         elif name in PERIODIC_COVARIATES:

@@ -29,6 +29,7 @@ from xnp.data.covariates import (
     covariate_channels,
     covariate_names,
     interpolate_dem,
+    user_covariates,
 )
 from xnp.data.points import as_dataset
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
@@ -191,8 +192,8 @@ class Normaliser:
         Built-in covariates (``elevation``, converted to metres, and the periodic
         ones) are skipped.
         """
-        for name in covariate_names(covariates):
-            if name != "elevation" and name not in PERIODIC_COVARIATES and name in data.variables:
+        for name in user_covariates(covariates):
+            if name in data.variables:
                 self.check_units(name, data[name].attrs.get("units"), what)
 
     def to_json(self) -> dict[str, Any]:

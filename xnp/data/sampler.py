@@ -27,7 +27,7 @@ import xarray as xr
 
 from xnp.data.batch import Batch, Task, TaskPoints, collate
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
-from xnp.data.covariates import PERIODIC_COVARIATES, covariate_names, interpolate_dem
+from xnp.data.covariates import covariate_names, interpolate_dem, user_covariates
 from xnp.data.normalise import Normaliser, check_same_units
 from xnp.data.points import PointSet, as_dataset, to_points
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
@@ -248,22 +248,14 @@ class TaskSampler:
                 "several stations or grid cells (for one station, expand_dims('station') "
                 "and add others)."
             )
+        # the variables (in every source) and the user's covariates (where both hold them)
         for other in self.sources:
-            for v in self.variables:
-                check_same_units(
-                    v,
-                    self._target.view[v].attrs.get("units"),
-                    other.view[v].attrs.get("units"),
-                    (f"target source {target_source!r}", f"context source {other.name!r}"),
-                )
-            for c in covariates:  # user covariates (elevation is converted to metres)
-                if c == "elevation" or c in PERIODIC_COVARIATES:
-                    continue
-                if c in self._target.view.variables and c in other.view.variables:
+            for v in (*self.variables, *user_covariates(covariates)):
+                if v in self._target.view.variables and v in other.view.variables:
                     check_same_units(
-                        c,
-                        self._target.view[c].attrs.get("units"),
-                        other.view[c].attrs.get("units"),
+                        v,
+                        self._target.view[v].attrs.get("units"),
+                        other.view[v].attrs.get("units"),
                         (f"target source {target_source!r}", f"context source {other.name!r}"),
                     )
         self._setup_times(validation_fraction)
