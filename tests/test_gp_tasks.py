@@ -147,6 +147,8 @@ def test_gp_sphere_dataset_checks_its_arguments():
         ({"noise": float("nan")}, "noise"),
         ({"lengthscale_km": float("inf")}, "lengthscale_km"),
         ({"n_lat": True}, "n_lat"),
+        ({"n_lat": 200, "n_lon": 200}, "at most 10,000 grid points"),  # 40,000² kernel
+        ({"n_time": 10_000}, "5,000 times"),
     ):
         with pytest.raises(ConfigError, match=match):
             gp_sphere(**({"n_lat": 4, "n_lon": 6, "n_time": 2} | bad))

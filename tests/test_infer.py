@@ -144,6 +144,18 @@ def test_parsers():
         parse_distance_km("1.2.3km")
 
 
+def test_distances_as_people_write_them():
+    # units in capitals, scientific notation and spelt-out units are distances too
+    assert parse_distance_km("500 KM") == parse_distance_km("500 kilometres") == 500.0
+    assert parse_distance_km("1e6 m") == parse_distance_km("1E3km") == 1000.0
+    assert parse_distance_km("250 meters") == 0.25
+    assert parse_distance_km(np.int64(3)) == 3.0
+    with pytest.raises(ConfigError, match="not True"):  # a flag, not 1 km
+        parse_distance_km(True)
+    with pytest.raises(ConfigError, match="distance"):
+        parse_distance_km("500 miles")
+
+
 def test_compact_chunks_partition_the_points_into_small_caps():
     rng = np.random.default_rng(0)
     s = np.stack([rng.uniform(-80, 80, 5000), rng.uniform(-180, 180, 5000)], -1)

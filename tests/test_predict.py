@@ -2,6 +2,7 @@ import warnings
 
 import dask
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from strategies import curvilinear_dataset, grid_dataset, projected_dataset, station_dataset
@@ -491,3 +492,72 @@ def test_elevation_covariate_at_the_targets(data):
     nowhere = in_km.assign(orog=in_km.orog * np.nan)
     assert predict(model, frame, nowhere)["t2m_mean"].isnull().all()
     assert predict(model, frame, nowhere, chunks=4)["t2m_mean"].isnull().all()
+
+
+def test_targets_and_context_at_a_single_place(model, data):
+    frame = data.isel(time=0)
+    grid_point = predict(model, frame, grid(3, 3).isel(lat=1, lon=2))  # ds.sel(lat=.., lon=..)
+    assert grid_point["t2m_mean"].dims == ()
+    assert float(grid_point.lat) == grid(3, 3).lat[1]
+    assert "time" in grid_point.coords
+    ref = predict(model, frame, grid(3, 3))["t2m_mean"][1, 2]
+    np.testing.assert_allclose(grid_point["t2m_mean"], ref, atol=1e-5)
+    lazy = predict(model, frame, grid(3, 3).isel(lat=1, lon=2), chunks={})
+    xr.testing.assert_identical(lazy, grid_point)
+    # 0-d arrays in a dict are scalars, as numbers are: a grid of one point
+    zero_d = predict(model, frame, {"lat": np.array(52.0), "lon": frame.lon[3]})
+    assert zero_d["t2m_mean"].shape == (1, 1)
+    # one station's time series as targets: one prediction per time
+    sites = xr.Dataset(coords={"lat": ("station", [51.0, 52.0]), "lon": ("station", [0.0, 1.0])})
+    one_station = predict(model, data, sites.isel(station=1))
+    assert one_station["t2m_mean"].dims == ("time",)
+    assert np.isfinite(one_station["t2m_mean"]).all()
+    # a single observation is a context too (of a fitted model)
+    single = predict(model, frame.isel(lat=2, lon=3), grid(3, 3))
+    assert np.isfinite(single["t2m_mean"]).all()
+    # a lazy block without targets (an empty dim) is empty, not an error
+    empty = predict(model, frame, {"lat": np.array([]), "lon": [0.0]}, chunks=2).compute()
+    assert empty["t2m_mean"].shape == (0, 1)
+
+
+def test_forecast_time_selections(forecaster):
+    data = grid_dataset(nt=5, ny=6, nx=7, nan_fraction=0.1)
+    window = predict(forecaster, data, grid(3, 3), time=slice(data.time.values[2], None))
+    assert window["t2m_mean"].dims == ("init_time", "lat", "lon")
+    np.testing.assert_array_equal(window.init_time.values, data.time.values[2:])
+    with pytest.raises(CoordinateError, match="not in the data"):
+        predict(forecaster, data, grid(3, 3), time="2019-03-01T03")
+    with pytest.raises(EmptyDataError, match="no time of the data"):
+        predict(forecaster, data, grid(3, 3), time=slice("2020-01-01", "2020-02-01"))
+
+
+def test_bad_target_arguments_raise_config_errors(model, data):
+    frame = data.isel(time=0)
+    for chunks in (0, -2, {"lat": 0}, {"lat": -5}, {"lat": "many"}, {"lat": 2.5}, {"lat": (1, 1)}):
+        with pytest.raises(ConfigError, match="chunk"):
+            predict(model, frame, grid(3, 3), chunks=chunks)
+    assert predict(model, frame, grid(3, 3), chunks={"lat": (1, 2)})["t2m_mean"].chunks
+    with pytest.raises(ConfigError, match="equal length"):
+        predict(model, frame, {"lat": ("site", [50.0, 51.0]), "lon": ("site", [0.0, 1.0, 2.0])})
+    with pytest.raises(ConfigError, match="from_dataframe"):
+        predict(model, frame, pd.DataFrame({"lat": [51.0], "lon": [0.0]}))
+
+
+def test_projected_predictions_name_their_grid_mapping(model, data):
+    # as the template's variables do: CF tools (and xnp) find the projection of x/y
+    projected = projected_dataset()
+    for out in (predict(model, data.isel(time=0), projected),
+                predict(model, data.isel(time=0), projected, chunks={"x": 2})):  # fmt: skip
+        assert out["t2m_mean"].attrs["grid_mapping"] == "crs"
+        assert out["t2m_std"].attrs["grid_mapping"] == "crs"
+        assert "grid_mapping_name" in out["crs"].attrs
+    assert "grid_mapping" not in predict(model, data.isel(time=0), grid(2, 2))["t2m_mean"].attrs
+
+
+def test_multivariate_context_without_joint_observations_says_why(data):
+    both = data.assign(u=(data.t2m * 0.1).assign_attrs(units="m s-1"))
+    two = NeuralProcess.init(BSATNPConfig.tiny(q_chunk=64, k_chunk=64, dim_y=2),
+                             Normaliser.fit(both, ["t2m", "u"]), ["t2m", "u"])  # fmt: skip
+    frame = both.isel(time=0).assign(u=lambda d: d.u * np.nan)  # t2m observed, u nowhere
+    with pytest.raises(EmptyDataError, match=r"all of the model's variables.*'u': 0"):
+        predict(two, frame, grid(3, 3))

@@ -18,6 +18,10 @@ from xnp.errors import ConfigError
 __all__ = ["gp_sphere"]
 
 _EARTH_RADIUS_KM = 6371.0
+#: Largest grid (``n_lat * n_lon``) and number of times :func:`gp_sphere` draws: its
+#: dense covariances take 800 MB and a few seconds at 10,000 points.
+_MAX_GRID_POINTS = 10_000
+_MAX_TIMES = 5_000
 
 
 def _rbf_cholesky(d2: np.ndarray, lengthscale: float, jitter: float = 1e-6) -> np.ndarray:
@@ -106,6 +110,14 @@ def gp_sphere(
         raise ConfigError(
             f"lon_range must be (west, east) spanning at most 360°; got {lon_range!r}."
         )
+    if n_lat * n_lon > _MAX_GRID_POINTS or n_time > _MAX_TIMES:
+        raise ConfigError(
+            f"gp_sphere draws the field exactly, with a dense {n_lat * n_lon:,} × "
+            f"{n_lat * n_lon:,} spatial and {n_time:,} × {n_time:,} temporal covariance; "
+            f"at most {_MAX_GRID_POINTS:,} grid points and {_MAX_TIMES:,} times are allowed "
+            "(memory grows with the square, time with the cube). Use a coarser grid, fewer "
+            "times, or interpolate a coarse draw."
+        )
     lat_edges = np.linspace(*lat_range, n_lat + 1)
     lon_edges = np.linspace(*lon_range, n_lon + 1)
     lat = 0.5 * (lat_edges[:-1] + lat_edges[1:])
@@ -114,7 +126,7 @@ def gp_sphere(
     xyz = _EARTH_RADIUS_KM * np.stack(
         [np.cos(lat2) * np.cos(lon2), np.cos(lat2) * np.sin(lon2), np.sin(lat2)], axis=-1
     ).reshape(-1, 3)
-    chord2 = np.sum((xyz[:, None, :] - xyz[None, :, :]) ** 2, axis=-1)
+    chord2 = np.maximum(2.0 * _EARTH_RADIUS_KM**2 - 2.0 * (xyz @ xyz.T), 0.0)
     hours = step_hours * np.arange(n_time, dtype=np.float64)
     chol_space = _rbf_cholesky(chord2, lengthscale_km)
     chol_time = _rbf_cholesky((hours[:, None] - hours[None, :]) ** 2, timescale_hours)

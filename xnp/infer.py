@@ -68,6 +68,13 @@ def parse_bytes(value: str | int) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
+_KM_UNITS = ("km", "kilometre", "kilometres", "kilometer", "kilometers")
+_DISTANCE = (
+    r"\s*([0-9]+\.?[0-9]*(?:e[+-]?[0-9]+)?|\.[0-9]+(?:e[+-]?[0-9]+)?)\s*"
+    r"(km|m|kilometres?|kilometers?|metres?|meters?)?\s*"
+)
+
+
 def parse_distance_km(value: str | float) -> float:
     """Kilometres from a number (km) or a string such as ``"500km"`` or ``"250 m"``.
 
@@ -75,14 +82,22 @@ def parse_distance_km(value: str | float) -> float:
     --------
     >>> parse_distance_km("500km"), parse_distance_km("250 m"), parse_distance_km(3)
     (500.0, 0.25, 3.0)
+    >>> parse_distance_km("500 KM"), parse_distance_km("1e6 metres")
+    (500.0, 1000.0)
     """
-    if isinstance(value, int | float | np.floating):
+    if isinstance(value, bool | np.bool_):
+        raise ConfigError(f"a context radius is a distance, not {value!r}; use e.g. '500km'.")
+    if isinstance(value, int | float | np.integer | np.floating):
         km = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*(km|m)?\s*", str(value))
+        m = re.fullmatch(_DISTANCE, str(value), flags=re.IGNORECASE)
         if not m:
-            raise ConfigError(f"cannot read {value!r} as a distance; use e.g. '500km'.")
-        km = float(m.group(1)) / (1000.0 if m.group(2) == "m" else 1.0)
+            raise ConfigError(
+                f"cannot read {value!r} as a distance; use e.g. '500km', '250 m' or a number "
+                "of kilometres."
+            )
+        metres = (m.group(2) or "km").lower() not in _KM_UNITS
+        km = float(m.group(1)) / (1000.0 if metres else 1.0)
     if not km > 0:
         raise ConfigError(f"a context radius must be positive; got {value!r}.")
     return km

@@ -55,6 +55,7 @@ from xnp.errors import (
     CoordinateError,
     DimensionError,
     EmptyDataError,
+    XnpError,
     XnpWarning,
 )
 from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
@@ -69,8 +70,58 @@ def _as_dataset(data: xr.Dataset | xr.DataArray, what: str) -> xr.Dataset:
             return data.to_dataset(name="_xnp_values")
         return data.to_dataset()
     if not isinstance(data, xr.Dataset):
-        raise ConfigError(f"{what} must be an xarray Dataset or DataArray; got {type(data)}.")
+        hint = ""
+        if isinstance(data, pd.DataFrame):
+            hint = (
+                " For a table of sites with latitude/longitude columns, use "
+                "xr.Dataset.from_dataframe(df) (or a dict such as {'lat': ('site', "
+                "df.lat.values), 'lon': ('site', df.lon.values)} for targets)."
+            )
+        raise ConfigError(
+            f"{what} must be an xarray Dataset or DataArray; got {type(data).__name__}.{hint}"
+        )
     return data
+
+
+def _is_scalar(value: Any) -> bool:
+    """A number or a 0-d array (or DataArray): one coordinate value."""
+    if isinstance(value, int | float | np.number):
+        return True
+    return isinstance(value, np.ndarray | xr.DataArray) and value.ndim == 0
+
+
+#: The dimension a dataset at a single place (scalar latitude/longitude) is given
+#: for the flattening to points, which needs a spatial dimension.
+_ONE_PLACE = "_xnp_place"
+
+
+def _at_one_place(ds: xr.Dataset, names: Mapping[str, Any], variable: str | None = None
+                  ) -> xr.Dataset | None:  # fmt: skip
+    """``ds`` along a dimension of length one when it lies at a single place, else None.
+
+    Data at one place (``ds.sel(lat=51, lon=0)``, one station of a (station, time)
+    dataset at one time) have scalar latitude/longitude and no spatial
+    dimension; their scalar variables (but times and a CF grid mapping) get the
+    dimension ``_xnp_place`` of length one, which the caller squeezes away.
+    """
+    if variable is not None and ds[variable].ndim:
+        return None
+    scalar = {
+        k: v.set_dims(_ONE_PLACE)
+        for k, v in ds.variables.items()
+        if v.ndim == 0 and "grid_mapping_name" not in v.attrs and not _is_datetime(v.values)
+    }
+    if not scalar:  # (a quick answer for the usual grids and station sets)
+        return None
+    try:
+        layout = find_coords(ds, variable, **names)
+    except XnpError:
+        return None  # the flattening says what is missing
+    if layout.point_dims or (variable is None and layout.time_dim in ds.dims):
+        return None
+    return ds.assign_coords({k: v for k, v in scalar.items() if k in ds.coords}).assign(
+        {k: v for k, v in scalar.items() if k in ds.data_vars}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +139,15 @@ class _Template:
     order: tuple[str, ...] = ()
 
     def arrange(self, out: xr.Dataset) -> xr.Dataset:
-        """``out`` with the template's dims in the template variable's order (last)."""
+        """``out`` with the template's dims in the template variable's order (last).
+
+        On a projected grid, each prediction names its CF grid mapping (the
+        ``grid_mapping`` attribute), as the template's variables do.
+        """
+        mapping = [str(k) for k, v in out.coords.items() if "grid_mapping_name" in v.attrs]
+        if len(mapping) == 1:
+            for v in out.data_vars.values():
+                v.attrs.setdefault("grid_mapping", mapping[0])
         own = [d for d in self.order if d in out.dims]
         if len(own) < 2 or tuple(d for d in out.dims if d in own) == tuple(own):
             return out
@@ -113,10 +172,17 @@ def _template(
     """
     if isinstance(targets, Mapping) and not isinstance(targets, xr.Dataset):
         coords = {
-            k: np.atleast_1d(v) if isinstance(v, int | float | np.number) else v
-            for k, v in targets.items()
+            k: np.atleast_1d(np.asarray(v)) if _is_scalar(v) else v for k, v in targets.items()
         }
-        return _Template(xr.Dataset(coords=coords))
+        try:
+            return _Template(xr.Dataset(coords=coords))
+        except (ValueError, TypeError) as err:
+            raise ConfigError(
+                f"cannot make target coordinates of the dict with keys {list(targets)}: {err}. "
+                "Give 1-D arrays for a grid, e.g. {'lat': [50.0, 51.0], 'lon': [0.0, 1.0]}, "
+                "or (dim, values) pairs of equal length for scattered sites, e.g. "
+                "{'lat': ('site', [50.0, 51.0]), 'lon': ('site', [0.0, 1.0])}."
+            ) from err
     src = data if targets is None else _as_dataset(targets, "targets")
     main = max(src.data_vars.values(), key=lambda v: v.ndim, default=None)
     src, layout = locators_as_coords(src, names)
@@ -217,7 +283,7 @@ class _Payload:
                 )
             mean, std = self.model.denormalise(mean, std)
             out[targets.index] = np.concatenate([mean[0], std[0]], axis=-1)
-        return out.reshape(*shape, -1)
+        return out.reshape(*shape, out.shape[-1])  # (not -1: a block may be empty)
 
 
 def _lazy(
@@ -299,11 +365,17 @@ def _resolve_model(model: Any) -> Any:
 
 def _check_chunks(chunks: Any, template: xr.Dataset) -> dict[str, Any]:
     """``chunks`` as a dict over the template's dims (an int applies to every dim)."""
-    if not chunks:
+    if chunks is None or (isinstance(chunks, Mapping) and not chunks):
         return {}
     dims = list(template.dims)
-    if isinstance(chunks, int) and not isinstance(chunks, bool):
-        return dict.fromkeys(dims, chunks)
+    if isinstance(chunks, int | np.integer) and not isinstance(chunks, bool):
+        if chunks < 1 and chunks != -1:
+            raise ConfigError(
+                f"chunks={chunks!r}: give a positive number of points per block along each "
+                "target dimension (or -1 for whole dimensions), or leave chunks out for an "
+                "in-memory result."
+            )
+        return dict.fromkeys(dims, int(chunks))
     if not isinstance(chunks, Mapping):
         raise ConfigError(
             f"chunks must be a dict of target dimension to chunk size (e.g. {{'lat': 64}}) or "
@@ -315,6 +387,18 @@ def _check_chunks(chunks: Any, template: xr.Dataset) -> dict[str, Any]:
             f"chunks names dimension(s) {unknown} that the targets do not have; their "
             f"dimensions are {dims}."
         )
+    for d, c in chunks.items():
+        sizes = c if isinstance(c, tuple) else (c,)
+        ok = c is None or c == -1 or c == "auto"
+        ok |= all(
+            isinstance(n, int | np.integer) and not isinstance(n, bool) and n > 0 for n in sizes
+        ) and (not isinstance(c, tuple) or sum(c) == template.sizes[d])
+        if not ok:
+            raise ConfigError(
+                f"chunks[{d!r}] = {c!r} is not a chunk size: give a positive int (points per "
+                f"block along {d!r}), -1 for the whole dimension, 'auto', or a tuple of "
+                f"positive block sizes adding up to its length {template.sizes[d]}."
+            )
     return dict(chunks)
 
 
@@ -412,7 +496,19 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
         if not zero_shot:
             model.normaliser.check_units(v, data[v].attrs.get("units"), "context")
     model.normaliser.check_covariate_units(data, model.covariates, "context")
-    ps = to_points(data, variables, covariates=model.covariates, **_names(model, data))
+    one = _at_one_place(data, _names(model, data), variables[0])  # a single observation
+    try:
+        ps = to_points(data if one is None else one, variables, covariates=model.covariates,
+                       **_names(model, data))  # fmt: skip
+    except EmptyDataError as err:
+        if len(variables) < 2:
+            raise
+        counts = {v: int(data[v].count()) for v in variables}
+        raise EmptyDataError(
+            f"no context point has all of the model's variables {variables} observed "
+            f"(observations: {counts}); each context point carries every variable, so "
+            "this model needs places where all are observed at the same time."
+        ) from err
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         stats = {}
         for j, v in enumerate(variables):
@@ -457,6 +553,9 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
     model = ctx.model
     names = _names(model, template)
+    one = _at_one_place(template, names)
+    if one is not None:  # targets at a single place: a scalar prediction
+        return _run(ctx, one, opts, t_target=t_target).squeeze(_ONE_PLACE)
     if opts.chunks:  # the covariates are read block by block, not here
         data_covariates = tuple(map(str, template.data_vars))  # all read at the targets
         light = template.drop_vars(list(data_covariates))
@@ -652,7 +751,8 @@ def predict(
     where = _template(targets, data, tuple(getattr(model, "covariates", None) or ()),
                       getattr(model, "coords", None))  # fmt: skip
     template = where.points
-    chunks = _check_chunks(chunks or where.chunks, template)
+    no_chunks = chunks is None or (isinstance(chunks, Mapping) and not chunks)
+    chunks = _check_chunks(where.chunks if no_chunks else chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,
                     _check_sources(model, context_sources))  # fmt: skip
@@ -803,7 +903,7 @@ def _forecast(
             stacklevel=3,
         )
     frames = np.stack([match_hours(hours, hours + o) for o in task.offsets], axis=1)
-    scalar_init = time is not None and np.ndim(time) == 0
+    scalar_init = False
     if time is None:
         inits = np.flatnonzero((frames >= 0).all(axis=1))
         if inits.size == 0:
@@ -812,7 +912,9 @@ def _forecast(
                 f"apart the model needs (the data has {hours.size} times)."
             )
     else:
-        wanted = np.atleast_1d(data[layout.time].sel({layout.time: time}).values)
+        chosen = _select_times(data[[layout.time]], layout, time)[layout.time]
+        scalar_init = chosen.ndim == 0  # a label, not a list, slice or day of times
+        wanted = np.atleast_1d(chosen.values)
         inits = match_hours(hours, time_hours(wanted))
         for i, t in zip(inits, wanted, strict=True):
             if i < 0 or (frames[i] < 0).any():
