@@ -233,6 +233,13 @@ def test_one_place_with_scalar_coordinates():
     np.testing.assert_allclose(points.lon, float(ds.lon), rtol=1e-12)
 
 
+def test_coordinates_that_are_not_numbers_are_refused():
+    ds = station_dataset(nt=2)
+    as_text = ds.assign_coords(lat=ds.lat.astype(str))  # as a CSV read without dtypes gives
+    with pytest.raises(CoordinateError, match=r"'lat' holds <U.* not numbers.*astype\(float\)"):
+        to_points(as_text, "t2m")
+
+
 def test_predictions_to_xarray_on_a_grid():
     ds = grid_dataset(nt=1)
     targets = to_points(xr.Dataset(coords={"lat": ds.lat, "lon": ds.lon}))

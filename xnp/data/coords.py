@@ -733,6 +733,12 @@ def _broadcast(obj: XrObj, name: str, dims: tuple[str, ...]) -> np.ndarray:
             f"{dims}; {unexpected} are not spatial. Select along them first."
         )
     full = variable.set_dims({d: obj.sizes[d] for d in dims}).transpose(*dims)
+    if not (np.issubdtype(full.dtype, np.number) or np.issubdtype(full.dtype, np.bool_)):
+        raise CoordinateError(
+            f"Coordinate {name!r} holds {full.dtype} values (e.g. {full.values.flat[0]!r}), "
+            "not numbers. Convert it first, e.g. ds.assign_coords("
+            f"{name}=ds[{name!r}].astype(float)), or fix how the file was read."
+        )
     return np.array(full.values, dtype=np.float64)
 
 
