@@ -26,6 +26,7 @@ from xnp.errors import (
     IncompatibleUnitsError,
     ShapeError,
     VariableNotFoundError,
+    XnpWarning,
 )
 
 
@@ -188,6 +189,17 @@ def test_elevation_from_coordinate_variable_and_user_covariate():
         to_points(grid_dataset(), "t2m", covariates=["elevation"])
 
 
+def test_points_with_a_missing_covariate_are_left_out_with_a_warning():
+    grid = grid_dataset(nt=2)
+    soil = np.arange(30.0).reshape(5, 6)
+    soil[0, :2] = np.nan  # e.g. no soil over the sea
+    grid["soil"] = (("lat", "lon"), soil)
+    with pytest.warns(XnpWarning, match=r"4 of 60 points .* \['soil'\] .* left out"):
+        points = to_points(grid, "t2m", covariates=["soil"])
+    assert len(points) == 56
+    assert np.isfinite(points.x).all()
+
+
 def synthetic_dem(lon: np.ndarray) -> xr.DataArray:
     lat = np.arange(-90.0, 90.1, 1.0)
     terrain = 100.0 * lat[:, None] + 10.0 * np.cos(np.deg2rad(lon))[None, :]
@@ -210,7 +222,8 @@ def test_dem_interpolation_is_bilinear_and_wraps_globally():
 def test_dem_covariate_and_points_outside_the_dem_are_dropped():
     regional = synthetic_dem(np.arange(-10.0, 0.5, 0.5)).sel(lat=slice(40, 60))
     ds = grid_dataset(lon0=-3.0)  # lon -3..2: the last two columns lie outside the DEM
-    points = to_points(ds, "t2m", covariates=["elevation"], dem=regional)
+    with pytest.warns(XnpWarning, match=r"\['elevation'\] and are left out"):
+        points = to_points(ds, "t2m", covariates=["elevation"], dem=regional)
     assert len(points) == ds.sizes["time"] * 5 * 4
     np.testing.assert_allclose(
         points.x[:, 0], 100 * points.lat + 10 * np.cos(np.deg2rad(points.lon)), rtol=1e-3
@@ -219,7 +232,8 @@ def test_dem_covariate_and_points_outside_the_dem_are_dropped():
         interpolate_dem(regional.expand_dims(band=2), np.zeros(1), np.zeros(1))
     # a DEM in feet is converted; one in units that are not a length is refused
     feet = (regional / 0.3048).assign_attrs(units="ft")
-    in_feet = to_points(ds, "t2m", covariates="elevation", dem=feet)
+    with pytest.warns(XnpWarning, match="left out"):
+        in_feet = to_points(ds, "t2m", covariates="elevation", dem=feet)
     np.testing.assert_allclose(in_feet.x, points.x, rtol=1e-6)
     with pytest.raises(IncompatibleUnitsError, match="not a length"):
         to_points(ds, "t2m", covariates=["elevation"], dem=regional.assign_attrs(units="degC"))

@@ -14,6 +14,7 @@ Nothing here is normalised or padded; that happens when tasks are built
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from xnp.data import _names
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import covariate_channels, covariate_names, point_covariates
 from xnp.data.times import day_and_year_fractions, time_hours
-from xnp.errors import DimensionError, EmptyDataError, ShapeError
+from xnp.errors import DimensionError, EmptyDataError, ShapeError, XnpWarning
 
 __all__ = ["PointSet", "prediction_attrs", "predictions_to_xarray", "to_points"]
 
@@ -275,6 +276,17 @@ def to_points(
     if dropna and x.shape[1]:
         keep = np.isfinite(x).all(-1)
         if not keep.all():
+            missing = [
+                c for c, ok in zip(points.covariates, np.isfinite(x).all(0), strict=True) if not ok
+            ]
+            warnings.warn(
+                f"{int((~keep).sum()):,} of {keep.size:,} points have a missing (NaN) value of "
+                f"the covariate(s) {missing} and are left out: as context they are not used, "
+                "as targets their predictions are NaN. Fill the covariate where it is missing "
+                "(e.g. a DEM without values over the sea: dem.fillna(0)) to keep them.",
+                XnpWarning,
+                stacklevel=2,
+            )
             points = points.take(keep)
     return points
 
