@@ -23,7 +23,7 @@ import xnp
 from xnp import checkpoint as ckpt
 from xnp.api import _fixed
 from xnp.data import TaskSampler
-from xnp.errors import CheckpointError, XnpWarning
+from xnp.errors import CheckpointError, EmptyDataError, XnpWarning
 from xnp.train import TrainConfig
 
 CONFIG = TrainConfig(log_every=25, validate_every=50, validation_batches=4, checkpoint_every=25)
@@ -91,6 +91,8 @@ def test_evaluate_batches_reports_metrics(model, batch):
     assert 0 <= metrics["coverage"] <= 1
     assert len(metrics["rmse"]) == 1
     assert metrics["rmse"][0] > 0
+    with pytest.raises(EmptyDataError, match="at least one batch"):
+        model.evaluate_batches([])
 
 
 def corrupt(path: Path, how: str) -> None:
@@ -189,6 +191,10 @@ def test_save_refuses_to_replace_a_foreign_directory(model, tmp_path):
         ("covariates", None, "list of names"),
         ("coords", [1, 2], "must be a mapping"),
         ("weights", {"file": "/etc/passwd"}, "a name in the model directory"),
+        ("normalise", "zz", "not compatible: normalise must be"),
+        ("sources", ["data"], "not compatible: a multi-source model"),
+        ("variables", ["t2m"], r"no statistics for the variable\(s\) \['t2m'\]"),
+        ("variables", ["field", "field"], r"1 output channel\(s\) \(dim_y\) but 2 variable"),
     ],
 )
 def test_loading_a_config_with_wrong_field_types_raises(model, tmp_path, field, value, match):
@@ -198,6 +204,90 @@ def test_loading_a_config_with_wrong_field_types_raises(model, tmp_path, field, 
     (path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=match):
         xnp.load(path)
+
+
+def tiny_model(**kw) -> xnp.NeuralProcess:
+    """An untrained tiny model: for tests of saving that need no fit."""
+    from xnp.data.normalise import Normaliser, Stats
+    from xnp.models.config import BSATNPConfig
+
+    stats = Normaliser({"field": Stats(280.0, 5.0, "K")})
+    return xnp.NeuralProcess.init(BSATNPConfig.tiny(), stats, ["field"], **kw)
+
+
+def test_repr_copes_with_a_partial_training_record(tmp_path):
+    model = tiny_model(training={"steps": 3})  # e.g. written by a script of one's own
+    assert "trained:     3 steps" in repr(model)
+    assert "trained:     3 steps" in repr(xnp.load(model.save(tmp_path / "m")))
+
+
+def test_save_where_a_directory_cannot_be_made_raises_checkpoint_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(CheckpointError, match=r"Cannot write .*file/model.*not below a file"):
+        tiny_model().save(tmp_path / "file" / "model")
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
+def test_unusable_checkpoint_dirs_are_refused_before_training(tmp_path):
+    (tmp_path / "file").write_text("x")
+    saved = tiny_model().save(tmp_path / "model")
+    for where, match in [
+        (tmp_path / "file", "exists and is not a directory"),
+        (tmp_path / "file" / "run", "is a file, not a directory"),
+        (saved, "holds a saved model"),
+    ]:
+        with pytest.raises(CheckpointError, match=match):
+            ckpt.CheckpointDir(where)
+    with pytest.raises(CheckpointError, match="keep must be a positive integer"):
+        ckpt.CheckpointDir(tmp_path / "run", keep=0)
+    # fit refuses them before any step (no step folder mixed into the saved model)
+    with pytest.raises(CheckpointError, match="holds a saved model"):
+        gp_data().np.fit("field", steps=1, checkpoint_dir=saved, **ARGS)
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "config.json", "history.json", "params.safetensors",
+    ]  # fmt: skip
+    assert xnp.load(saved).num_params == tiny_model().num_params  # loading needs no writing
+
+
+def test_pruning_leaves_folders_that_are_not_checkpoints(tmp_path):
+    checkpoints = ckpt.CheckpointDir(tmp_path, keep=1)
+    (tmp_path / "step-00000001").mkdir()  # someone else's folder with a step-like name
+    (tmp_path / "step-00000001" / "notes.txt").write_text("precious")
+    for step in (2, 3):
+        with checkpoints.write(step) as tmp:
+            (tmp / "config.json").write_text("{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "LATEST", "step-00000001", "step-00000003",
+    ]  # fmt: skip
+    assert (tmp_path / "step-00000001" / "notes.txt").read_text() == "precious"
+
+
+def test_latest_pointer_cannot_lead_out_of_the_folder(tmp_path):
+    run, other = tmp_path / "run", tmp_path / "other" / "step-00000009"
+    for folder in (run / "step-00000001", other):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    (run / "LATEST").write_text("../other/step-00000009")
+    assert ckpt.CheckpointDir(run).latest() == run / "step-00000001"
+
+
+def test_a_failed_checkpoint_write_warns_and_training_goes_on(tmp_path, monkeypatch):
+    write, calls = ckpt.write_arrays, []
+
+    def disk_full_once(path, arrays):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device", str(path))
+        return write(path, arrays)
+
+    monkeypatch.setattr(ckpt, "write_arrays", disk_full_once)
+    config = TrainConfig(log_every=1, validate_every=1, checkpoint_every=1)
+    args = ARGS | {"config": config, "validation": None, "checkpoint_dir": tmp_path / "run"}
+    with pytest.warns(XnpWarning, match="could not write the checkpoint of step 1.*continues"):
+        model = gp_data().np.fit("field", steps=2, **args)
+    assert model.training["step"] == 2  # the run was not lost
+    assert ckpt.CheckpointDir(tmp_path / "run").latest().name == "step-00000002"
+    assert not any(".tmp-" in p.name for p in (tmp_path / "run").iterdir())
 
 
 @pytest.fixture

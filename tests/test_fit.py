@@ -19,6 +19,7 @@ import xnp
 from xnp.data import ForecastTasks, SpatialTasks
 from xnp.errors import ConfigError, EmptyDataError, VariableNotFoundError, XnpWarning
 from xnp.models.config import BSATNPConfig
+from xnp.models.swin_config import SwinTNPConfig
 from xnp.train import TrainConfig, data_mesh
 
 FAST = TrainConfig(log_every=25, validate_every=50, validation_batches=4)
@@ -235,6 +236,66 @@ def test_train_config_validation():
     with pytest.raises(ConfigError, match="final_lr_ratio"):
         TrainConfig(final_lr_ratio=2.0)
     assert TrainConfig.from_dict(FAST.to_dict()) == FAST
+
+
+def test_a_diverging_fit_raises_instead_of_returning_nan_parameters():
+    with pytest.raises(ConfigError, match=r"diverged: the training NLL is nan at step 4.*"
+                       r"Lower learning_rate"):  # fmt: skip
+        fit(steps=4, learning_rate=1e6, validation=None)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: BSATNPConfig.tiny(n_blocks=True), "n_blocks must be a positive integer"),
+        (lambda: BSATNPConfig.tiny(dim_x=-1), "dim_x must be an integer ≥ 0"),
+        (lambda: BSATNPConfig.tiny(n_heads=3), r"dim_attn \(16\) must be divisible by n_heads"),
+        (lambda: BSATNPConfig.tiny(spatial_scale="km"), "spatial_scale must be a positive finite"),
+        (lambda: BSATNPConfig.tiny(temporal_scale=math.inf), "temporal_scale must be a positive"),
+        (lambda: BSATNPConfig.tiny(embed_hidden=32), "embed_hidden must be a tuple of positive"),
+        (lambda: BSATNPConfig.tiny(head_hidden=None), "head_hidden must be a tuple"),
+        (lambda: BSATNPConfig.tiny(temporal_bias="yes"), "temporal_bias must be True or False"),
+        (lambda: BSATNPConfig.tiny(min_std="0.1"), r"min_std must be a number in \[0, 1\)"),
+        (lambda: SwinTNPConfig.tiny(decoder_radius=1.5), "decoder_radius must be an integer"),
+        (lambda: SwinTNPConfig.tiny(n_fourier="4"), "n_fourier must be an integer"),
+        (lambda: SwinTNPConfig.tiny(grid_shape=8), "grid_shape must be 2 positive integers"),
+        (lambda: SwinTNPConfig.tiny(extent=None), r"extent must be \(\(lo, hi\), \(lo, hi\)\)"),
+        (lambda: SwinTNPConfig.tiny(extent=((-90, "90"), (0, 360))), "extent must be"),
+        (lambda: SwinTNPConfig.tiny(temporal_scale="24"), "temporal_scale must be a positive"),
+        (lambda: SwinTNPConfig.tiny(embed_t=1), "embed_t must be True or False"),
+        (lambda: TrainConfig(weight_decay=math.nan), "weight_decay must be a finite number"),
+        (lambda: TrainConfig(warmup_fraction="0.1"), "warmup_fraction must be a number"),
+        (lambda: TrainConfig(keep_checkpoints="2"), "keep_checkpoints must be a positive int"),
+        (lambda: TrainConfig(prefetch=1.5), "prefetch must be an integer ≥ 0"),
+        (lambda: TrainConfig(log_every=True), "log_every must be a positive integer"),
+        (lambda: TrainConfig(devices=True), "devices must be a positive integer or None"),
+        (lambda: TrainConfig.from_dict(None), "read from a mapping"),
+        (lambda: BSATNPConfig.from_dict(["n_blocks"]), "read from a mapping"),
+    ],
+)
+def test_invalid_config_values_raise_at_construction(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+def test_configs_normalise_equivalent_values():
+    cfg = BSATNPConfig.tiny(embed_hidden=[32], n_blocks=np.int64(2), spatial_scale=500)
+    assert cfg == BSATNPConfig.tiny(spatial_scale=500.0)  # a list is stored as a tuple
+    assert hash(cfg) == hash(BSATNPConfig.tiny(spatial_scale=500.0))
+    assert type(cfg.to_dict()["n_blocks"]) is int  # JSON-serialisable
+    swin = SwinTNPConfig.tiny(window=[4, 4], extent=[[-90, 90], [-180, 180]])
+    assert swin == SwinTNPConfig.tiny()
+    assert TrainConfig(clip_norm=math.inf).clip_norm == math.inf  # no clipping is allowed
+
+
+def test_model_names_ignore_case_and_underscores():
+    from xnp.models.registry import model_config
+
+    want = model_config("bsa-tnp-tiny", dim_x=0, dim_y=1, temporal=True)
+    for name in ("BSA-TNP-Tiny", " bsa_tnp_tiny ", "Bsa-Tnp-TINY"):
+        assert model_config(name, dim_x=0, dim_y=1, temporal=True) == want
+    with pytest.raises(ConfigError, match="Unknown model 'bsa-tnp-huge'"):
+        model_config("bsa-tnp-huge", dim_x=0, dim_y=1, temporal=True)
 
 
 def test_forecasts_of_held_out_times_match_validation(trained):

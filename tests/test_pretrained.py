@@ -33,6 +33,15 @@ def test_shipped_model_is_small_safe_and_zero_shot(model):
         xnp.pretrained("nope")
 
 
+def test_pretrained_names_ignore_case(model):
+    from xnp.pretrained import resolve_model
+
+    assert xnp.pretrained("GP-Sphere").config == model.config
+    assert resolve_model("gp_sphere").config == model.config
+    with pytest.raises(ConfigError, match="no pretrained model None"):
+        xnp.pretrained(None)
+
+
 def test_zero_shot_interpolation_beats_the_context_mean(model):
     ds = field()
     mask = xr.DataArray(np.random.default_rng(0).random((16, 16)) < 0.25, dims=("lat", "lon"))

@@ -283,23 +283,47 @@ def atomic_directory(
     """
     target = _expand(path)
     check_replaceable(target, marker, recognise)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
+    with _writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
     try:
         yield tmp
-        _fsync_dir(tmp)
-        if not target.exists():
-            os.rename(tmp, target)
-        elif _exchange(tmp, target):
-            pass  # tmp now holds the previous version; removed below
-        else:
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.rename(target, old)
-            os.rename(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        _fsync_dir(target.parent)
+        with _writing(target):
+            _fsync_dir(tmp)
+            if not target.exists():
+                os.rename(tmp, target)
+            elif _exchange(tmp, target):
+                pass  # tmp now holds the previous version; removed below
+            else:
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.rename(target, old)
+                os.rename(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            _fsync_dir(target.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """Turn an :class:`OSError` of xnp's own file operations into a :class:`CheckpointError`."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except OSError as err:
+        raise CheckpointError(
+            f"Cannot write {target}: {err.strerror or err}"
+            f"{f' ({err.filename})' if err.filename else ''}. Choose a path in a writable "
+            "directory (not below a file), with free space."
+        ) from err
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
 
 
 class CheckpointDir:
@@ -323,10 +347,39 @@ class CheckpointDir:
     ('step-00000020', ['step-00000020'])
     """
 
-    def __init__(self, path: str | os.PathLike, keep: int = 2):
+    def __init__(self, path: str | os.PathLike, keep: int = 2, *, writable: bool = True):
         self.path = _expand(path)
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise CheckpointError(f"keep must be a positive integer; got {keep!r}.")
         self.keep = keep
         self._written: list[str] = []
+        if writable:
+            self._check_writable()
+
+    def _check_writable(self) -> None:
+        """Refuse, before any training, a folder that checkpoints cannot be written to."""
+        where = self.path
+        if where.exists() and not where.is_dir():
+            raise CheckpointError(
+                f"The checkpoint folder {where} exists and is not a directory; choose another "
+                "checkpoint_dir."
+            )
+        if (where / "config.json").is_file():
+            raise CheckpointError(
+                f"{where} holds a saved model (config.json), not training checkpoints; choose "
+                "another checkpoint_dir (a new or empty folder, or that of the run to resume)."
+            )
+        base = _nearest_existing(where)
+        if not base.is_dir():
+            raise CheckpointError(
+                f"Cannot create the checkpoint folder {where}: {base} is a file, not a "
+                "directory. Choose another checkpoint_dir."
+            )
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise CheckpointError(
+                f"Cannot write checkpoints to {where}: {base} is not writable. Choose another "
+                "checkpoint_dir."
+            )
 
     def steps(self) -> list[Path]:
         """Complete checkpoint directories, oldest first."""
@@ -338,9 +391,10 @@ class CheckpointDir:
     def latest(self) -> Path | None:
         """The most recent complete checkpoint (from ``LATEST``, else the highest step)."""
         pointer = self.path / "LATEST"
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             candidate = self.path / pointer.read_text().strip()
-            if _STEP.match(candidate.name) and (candidate / "config.json").is_file():
+            inside = candidate == self.path / candidate.name  # no path out of the folder
+            if inside and _STEP.match(candidate.name) and (candidate / "config.json").is_file():
                 return candidate
         steps = self.steps()
         return steps[-1] if steps else None
@@ -352,17 +406,22 @@ class CheckpointDir:
         Only the last ``keep`` checkpoints written through this object survive, so
         steps left over from an earlier run in the same folder are removed too.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
+        with _writing(self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         name = f"step-{step:08d}"
         with atomic_directory(self.path / name) as tmp:
             yield tmp
         pointer = self.path / ".LATEST.tmp"
-        _write_file(pointer, name.encode())
-        os.replace(pointer, self.path / "LATEST")
-        _fsync_dir(self.path)
+        with _writing(self.path / "LATEST"):
+            _write_file(pointer, name.encode())
+            os.replace(pointer, self.path / "LATEST")
+            _fsync_dir(self.path)
         self._written = [n for n in self._written if n != name] + [name]
         survivors = set(self._written[-self.keep :])
         for old in self.path.iterdir():
             stale_tmp = old.name.startswith(".step-") and ".tmp-" in old.name
-            if stale_tmp or (_STEP.match(old.name) and old.name not in survivors):
+            # a step folder without config.json was never a checkpoint (they are written
+            # whole): someone else's, left alone
+            ours = _STEP.match(old.name) and (old / "config.json").is_file()
+            if stale_tmp or (ours and old.name not in survivors):
                 shutil.rmtree(old, ignore_errors=True)

@@ -37,7 +37,13 @@ from flax import nnx
 from xnp import checkpoint as ckpt
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
-from xnp.errors import CheckpointError, ConfigError, MissingDependencyError, XnpError
+from xnp.errors import (
+    CheckpointError,
+    ConfigError,
+    EmptyDataError,
+    MissingDependencyError,
+    XnpError,
+)
 from xnp.models.registry import build_model, config_from_dict, config_to_dict
 from xnp.points import Points
 from xnp.train import HISTORY_FIELDS, _eval_step
@@ -225,6 +231,7 @@ class NeuralProcess:
         self.params_ = params
         self.normaliser = normaliser
         self.variables = tuple(variables)
+        _check_outputs(config, self.variables)
         self.covariates = tuple(covariates)
         self.sources = tuple(sources)
         if len(self.sources) == 1:
@@ -288,6 +295,7 @@ class NeuralProcess:
         Used for zero-shot prediction: the statistics of one context set replace
         the fitted ones.
         """
+        _check_outputs(self.config, tuple(variables))
         other = copy.copy(self)
         other.normaliser = normaliser
         other.variables = tuple(variables)
@@ -310,6 +318,8 @@ class NeuralProcess:
         for batch in batches:
             sums = evaluate(self.params_, batch)
             totals = sums if not totals else jax.tree.map(np.add, totals, sums)
+        if not totals:
+            raise EmptyDataError("evaluate_batches needs at least one batch; got none.")
         totals = jax.tree.map(np.asarray, totals)
         count = max(float(totals["count"]), 1.0)
         scale = np.array([self.normaliser.stats[v].std for v in self.variables])
@@ -421,9 +431,16 @@ class NeuralProcess:
             lines.append("  normalise:   by each context set (zero-shot, any variable)")
         t = self.training
         if t:
+            lr = t.get("learning_rate")
+            fields = (
+                ("{} steps", t.get("steps")),
+                ("batch {}", t.get("batch_size")),
+                ("learning rate {}", f"{lr:g}" if isinstance(lr, int | float) else lr),
+                ("seed {}", t.get("seed")),
+            )  # a training record written by other code may lack some of these
+            parts = [form.format(value) for form, value in fields if value is not None]
             lines.append(
-                f"  trained:     {t.get('steps')} steps, batch {t.get('batch_size')}, "
-                f"learning rate {t.get('learning_rate'):g}, seed {t.get('seed')}"
+                f"  trained:     {', '.join(parts) or 'yes'}"
                 + (f"; best step {t['best_step']}" if t.get("best_step") else "")
             )
         val = self.history_["val_nll"].values if self.history_.sizes.get("step") else []
@@ -438,6 +455,16 @@ class NeuralProcess:
                 f"95% coverage {float(row['val_coverage']):.3f} (step {int(row['step'])})"
             )
         return "\n".join(lines)
+
+
+def _check_outputs(config: Any, variables: tuple[str, ...]) -> None:
+    """Raise unless the model has one output channel per variable name."""
+    dim_y = getattr(config, "dim_y", None)
+    if dim_y is not None and len(variables) != dim_y:
+        raise ConfigError(
+            f"the model has {dim_y} output channel(s) (dim_y) but {len(variables)} variable "
+            f"name(s) were given ({list(variables)}); give one name per output."
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -517,7 +544,7 @@ def load(path: str | os.PathLike) -> NeuralProcess:
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory: nothing to load.")
     if not (directory / "config.json").exists():
-        latest = ckpt.CheckpointDir(directory).latest()
+        latest = ckpt.CheckpointDir(directory, writable=False).latest()
         if latest is not None:
             directory = latest
     meta = ckpt.read_json(directory / "config.json")
@@ -531,6 +558,7 @@ def load(path: str | os.PathLike) -> NeuralProcess:
         config = config_from_dict(meta["model"])
         normaliser = Normaliser.from_json(meta["normaliser"])
         variables = _names_list(meta, "variables", required=True)
+        _check_outputs(config, tuple(variables))
         names = {k: _names_list(meta, k) for k in ("covariates", "sources")}
         task = None if meta.get("task") is None else task_from_dict(meta["task"])
         weights = meta["weights"]
@@ -557,16 +585,26 @@ def load(path: str | os.PathLike) -> NeuralProcess:
         history = history_dataset(history_lists(history_blob), variables, units)
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{directory}/history.json is malformed: {err}.") from err
-    return NeuralProcess(
-        config,
-        params,
-        normaliser=normaliser,
-        variables=variables,
-        covariates=names["covariates"],
-        sources=names["sources"],
-        coords=meta.get("coords"),
-        task=task,
-        history=history,
-        training=meta.get("training"),
-        normalise=meta.get("normalise", "fitted"),
-    )
+    normalise = meta.get("normalise", "fitted")
+    missing = [v for v in variables if v not in normaliser.stats]
+    if normalise == "fitted" and missing:
+        raise CheckpointError(
+            f"{directory}/config.json is not consistent: the normaliser has no statistics "
+            f"for the variable(s) {missing}."
+        )
+    try:
+        return NeuralProcess(
+            config,
+            params,
+            normaliser=normaliser,
+            variables=variables,
+            covariates=names["covariates"],
+            sources=names["sources"],
+            coords=meta.get("coords"),
+            task=task,
+            history=history,
+            training=meta.get("training"),
+            normalise=normalise,
+        )
+    except XnpError as err:
+        raise CheckpointError(f"{directory}/config.json is not compatible: {err}") from err

@@ -55,13 +55,24 @@ def pretrained(name: str = DEFAULT) -> NeuralProcess:
     >>> model = pretrained("gp-sphere")
     >>> model.normalise
     'context'
+    >>> pretrained("GP-Sphere").config == model.config  # case does not matter
+    True
     """
     names = available_pretrained()
-    if name not in names:
+    found = _lookup(name, names)
+    if found is None:
         raise ConfigError(
             f"no pretrained model {name!r}; this installation ships {list(names) or 'none'}."
         )
-    return load(_root() / name)
+    return load(_root() / found)
+
+
+def _lookup(name: object, names: tuple[str, ...]) -> str | None:
+    """The shipped model ``name`` means (case, spaces and ``_``/``-`` do not matter)."""
+    if not isinstance(name, str):
+        return None
+    key = name.strip().lower().replace("_", "-")
+    return next((n for n in names if n.lower().replace("_", "-") == key), None)
 
 
 def resolve_model(spec: str | os.PathLike) -> NeuralProcess:
@@ -86,9 +97,10 @@ def resolve_model(spec: str | os.PathLike) -> NeuralProcess:
     if path.exists():
         return load(path)
     names = available_pretrained()
-    if str(spec) in names:
-        log.info("using the pretrained %r model", str(spec))
-        return pretrained(str(spec))
+    found = _lookup(str(spec), names)
+    if found is not None:
+        log.info("using the pretrained %r model", found)
+        return pretrained(found)
     raise ConfigError(
         f"{spec} is neither a saved model directory nor a pretrained model "
         f"(this installation ships {', '.join(names) or 'none'})."

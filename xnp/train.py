@@ -21,7 +21,8 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -32,7 +33,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from xnp.errors import ConfigError
+from xnp.errors import ConfigError, XnpError, XnpWarning
+from xnp.models.config import check_int, check_real
 from xnp.models.likelihoods import gaussian_nll
 
 __all__ = [
@@ -224,27 +226,33 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("log_every", "validate_every", "validation_batches", "checkpoint_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+            check_int(self, name)
         for name in ("validate_every", "checkpoint_every"):
             if getattr(self, name) % self.log_every:
                 raise ConfigError(
                     f"{name} ({getattr(self, name)}) must be a multiple of log_every "
                     f"({self.log_every})."
                 )
-        if not 0.0 <= self.warmup_fraction < 1.0:
-            raise ConfigError(f"warmup_fraction must be in [0, 1); got {self.warmup_fraction}.")
-        if not 0.0 <= self.final_lr_ratio <= 1.0:
-            raise ConfigError(f"final_lr_ratio must be in [0, 1]; got {self.final_lr_ratio}.")
-        if self.weight_decay < 0 or not self.clip_norm > 0:
-            raise ConfigError("weight_decay must be ≥ 0 and clip_norm > 0.")
+        check_real(self, "warmup_fraction", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+        check_real(self, "final_lr_ratio", lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+        check_real(self, "weight_decay", lambda v: v >= 0, "a finite number ≥ 0")
+        check_real(
+            self,
+            "clip_norm",
+            lambda v: v > 0,
+            "a positive number (inf: no clipping)",
+            finite=False,
+        )
         for name in ("context_size", "target_size", "devices"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (
+                not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
+            ):
                 raise ConfigError(f"{name} must be a positive integer or None; got {value!r}.")
-        if self.keep_checkpoints < 1 or self.prefetch < 0:
-            raise ConfigError("keep_checkpoints must be ≥ 1 and prefetch ≥ 0.")
+            if value is not None:
+                object.__setattr__(self, name, int(value))
+        check_int(self, "keep_checkpoints")
+        check_int(self, "prefetch", minimum=0)
 
     def schedule(self, learning_rate: float, steps: int) -> Callable[[int], float]:
         """Learning rate at each step of a run of ``steps`` steps peaking at ``learning_rate``.
@@ -289,10 +297,12 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a TrainConfig is read from a mapping; got {data!r}.")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ConfigError(f"unknown TrainConfig fields {unknown}.")
+            raise ConfigError(f"unknown TrainConfig fields {unknown}; known: {sorted(names)}.")
         return cls(**data)
 
 
@@ -514,6 +524,7 @@ def train(
     bar = tqdm(total=steps, initial=start, desc="fit", disable=not progress, unit="step")
     tick, tick_step = time.perf_counter(), start
     done, interrupted = start, False
+    failures: list[int] = []
     try:
         for k in range(start, steps):
             lr = np.float32(schedule(k))
@@ -524,6 +535,8 @@ def train(
             if done % config.log_every and done != steps:
                 continue
             train_nll = float(jnp.mean(jnp.stack(losses)))
+            if not math.isfinite(train_nll):
+                raise _diverged(done, train_nll, learning_rate, state.step)
             losses.clear()
             now = time.perf_counter()
             speed = (done - tick_step) / max(now - tick, 1e-9)
@@ -551,8 +564,10 @@ def train(
             if on_checkpoint is not None and (
                 done % config.checkpoint_every == 0 or done == steps
             ):
-                on_checkpoint(
-                    TrainState(done, params, opt_state, best, best_step, best_nll, history)
+                _checkpoint(
+                    on_checkpoint,
+                    TrainState(done, params, opt_state, best, best_step, best_nll, history),
+                    failures,
                 )
                 tick = time.perf_counter()
     except KeyboardInterrupt:
@@ -566,12 +581,50 @@ def train(
             TrainState(done, params, opt_state, best, best_step, best_nll, history, True, pending),
             steps,
             on_checkpoint,
+            failures,
         )
     return TrainState(steps, params, opt_state, best, best_step, best_nll, history)
 
 
+def _diverged(step: int, loss: float, learning_rate: float, start: int) -> ConfigError:
+    """The error of a run whose training loss became NaN or infinite at ``step``."""
+    resumed = f" (this run resumed at step {start})" if start else ""
+    return ConfigError(
+        f"Training diverged: the training NLL is {loss} at step {step} (peak learning rate "
+        f"{learning_rate:g}), so the parameters are no longer finite. Lower learning_rate "
+        "(e.g. by 10×), or check the data for extreme values. Checkpoints written before "
+        f"step {step} are intact{resumed}."
+    )
+
+
+def _checkpoint(
+    on_checkpoint: Callable[[TrainState], None], state: TrainState, failures: list[int]
+) -> None:
+    """Write a checkpoint; a failure (disk full, folder removed) warns and training goes on.
+
+    Losing the run in memory because a checkpoint could not be written would throw
+    away all the steps done; the returned model is complete either way.
+    """
+    try:
+        on_checkpoint(state)
+    except (OSError, XnpError) as err:
+        message = (
+            f"could not write the checkpoint of step {state.step}: {err} Training continues; "
+            "the model it returns is complete, but resume=True can only continue from the "
+            "last checkpoint written."
+        )
+        if failures:
+            log.warning(message)
+        else:
+            warnings.warn(message, XnpWarning, stacklevel=4)
+        failures.append(state.step)
+
+
 def _interrupted(
-    state: TrainState, steps: int, on_checkpoint: Callable[[TrainState], None] | None
+    state: TrainState,
+    steps: int,
+    on_checkpoint: Callable[[TrainState], None] | None,
+    failures: list[int],
 ) -> TrainState:
     """Stop cleanly after Ctrl-C: checkpoint what was done and return it.
 
@@ -588,6 +641,6 @@ def _interrupted(
     if deleted:
         state = dataclasses.replace(state, params=state.best_params)
     elif on_checkpoint is not None and state.step > 0:
-        on_checkpoint(state)  # so that resume=True continues from here
+        _checkpoint(on_checkpoint, state, failures)  # so that resume=True continues from here
     log.warning("interrupted after %d of %d steps", state.step, steps)
     return state

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any, Literal, Self
+
+import numpy as np
 
 from xnp.errors import ConfigError
 
@@ -32,6 +36,8 @@ class ConfigIO:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         """Inverse of :meth:`to_dict`; unknown keys raise :class:`ConfigError`."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a {cls.__name__} is read from a mapping; got {data!r}.")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -41,9 +47,63 @@ class ConfigIO:
         return cls(**{k: _tuplify(v) for k, v in data.items()})
 
 
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{name} must be positive; got {value!r}.")
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # the configs are frozen
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def check_int(obj: Any, name: str, minimum: int = 1) -> None:
+    """Check that ``obj.name`` is an integer ≥ ``minimum`` (not a bool) and store it as ``int``."""
+    value = getattr(obj, name)
+    if not _is_int(value) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+        raise ConfigError(f"{name} must be {kind}; got {value!r}.")
+    _set(obj, name, int(value))
+
+
+def check_real(obj: Any, name: str, ok: Any, requirement: str, *, finite: bool = True) -> None:
+    """Check that ``obj.name`` is a (finite) real number with ``ok(value)``; store a ``float``."""
+    value = getattr(obj, name)
+    good = _is_real(value) and (not finite or math.isfinite(value)) and ok(float(value))
+    if not good:
+        raise ConfigError(f"{name} must be {requirement}; got {value!r}.")
+    _set(obj, name, float(value))
+
+
+def check_bool(obj: Any, name: str) -> None:
+    """Check that ``obj.name`` is True or False."""
+    value = getattr(obj, name)
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{name} must be True or False; got {value!r}.")
+    _set(obj, name, bool(value))
+
+
+def check_choice(obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    """Check that ``obj.name`` is one of the strings ``choices``."""
+    value = getattr(obj, name)
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name} must be one of {options}; got {value!r}.")
+
+
+def check_sizes(obj: Any, name: str, length: int | None = None, minimum: int = 1) -> None:
+    """Check that ``obj.name`` is a sequence of integers ≥ ``minimum``; store it as a tuple."""
+    value = getattr(obj, name)
+    good = isinstance(value, tuple | list) and all(_is_int(v) and v >= minimum for v in value)
+    if not good or (length is not None and len(value) != length):
+        kind = "positive integers" if minimum == 1 else f"integers ≥ {minimum}"
+        what = f"{length} {kind}" if length is not None else f"a tuple of {kind}"
+        raise ConfigError(f"{name} must be {what}; got {value!r}.")
+    _set(obj, name, tuple(int(v) for v in value))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,38 +207,26 @@ class BSATNPConfig(ConfigIO):
             "k_chunk",
             "dim_s",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
-        if not isinstance(self.dim_x, int) or self.dim_x < 0:
-            raise ConfigError(f"dim_x must be a non-negative integer; got {self.dim_x!r}.")
+            check_int(self, name)
+        check_int(self, "dim_x", minimum=0)
+        for name in ("embed_s", "embed_t", "temporal_bias"):
+            check_bool(self, name)
         if self.dim_attn % self.n_heads:
             raise ConfigError(
                 f"dim_attn ({self.dim_attn}) must be divisible by n_heads ({self.n_heads})."
             )
-        if self.spatial_bias not in ("great_circle", "euclidean", "none"):
-            raise ConfigError(
-                "spatial_bias must be 'great_circle', 'euclidean' or 'none'; "
-                f"got {self.spatial_bias!r}."
-            )
+        check_choice(self, "spatial_bias", ("great_circle", "euclidean", "none"))
         if self.spatial_bias == "great_circle" and self.dim_s != 2:
             raise ConfigError(
                 f"the great-circle bias needs dim_s=2 (latitude, longitude); got {self.dim_s}."
             )
-        if self.attention not in ("bsa", "dense"):
-            raise ConfigError(f"attention must be 'bsa' or 'dense'; got {self.attention!r}.")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(
-                f"dtype must be 'float32', 'bfloat16' or 'float16'; got {self.dtype!r}."
-            )
-        _positive("spatial_scale", self.spatial_scale)
-        _positive("temporal_scale", self.temporal_scale)
-        if not 0.0 <= self.min_std < 1.0:
-            raise ConfigError(f"min_std must be in [0, 1); got {self.min_std!r}.")
+        check_choice(self, "attention", ("bsa", "dense"))
+        check_choice(self, "dtype", ("float32", "bfloat16", "float16"))
+        for name in ("spatial_scale", "temporal_scale"):
+            check_real(self, name, lambda v: v > 0, "a positive finite number")
+        check_real(self, "min_std", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
         for name in ("embed_hidden", "head_hidden"):
-            sizes = getattr(self, name)
-            if not all(isinstance(h, int) and h > 0 for h in sizes):
-                raise ConfigError(f"{name} must hold positive integers; got {sizes!r}.")
+            check_sizes(self, name)
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:

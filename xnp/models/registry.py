@@ -45,6 +45,11 @@ _KINDS: dict[str, tuple[type, type[nnx.Module]]] = {
 }
 
 
+def _normalise_name(name: str) -> str:
+    """The registry key of a model name: case, surrounding spaces and ``_``/``-`` do not count."""
+    return name.strip().lower().replace("_", "-")
+
+
 def available_models() -> tuple[str, ...]:
     """Names accepted by ``model=`` in :func:`xnp.api.fit`.
 
@@ -66,9 +71,13 @@ def register_model(name: str, preset: Callable[[], ModelConfig]) -> None:
     True
     >>> _ = _PRESETS.pop("bsa-tnp-small")
     """
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"A model name must be a non-empty string; got {name!r}.")
-    _PRESETS[name] = preset
+    if not callable(preset):
+        raise ConfigError(
+            f"preset must be a function returning a model configuration; got {preset!r}."
+        )
+    _PRESETS[_normalise_name(name)] = preset
 
 
 def _kind_of(config: Any) -> str:
@@ -89,7 +98,8 @@ def model_config(
     Parameters
     ----------
     model : str, BSATNPConfig or SwinTNPConfig
-        A registered name (see :func:`available_models`) or a configuration.
+        A registered name (see :func:`available_models`; case and ``_`` for ``-``
+        do not matter) or a configuration.
     dim_x, dim_y : int
         Numbers of covariate channels and output variables (set from the data).
     temporal : bool
@@ -101,15 +111,20 @@ def model_config(
     >>> cfg = model_config("bsa-tnp-tiny", dim_x=2, dim_y=1, temporal=True)
     >>> cfg.dim_x, cfg.temporal_bias, cfg.spatial_bias
     (2, True, 'great_circle')
+    >>> model_config("BSA-TNP-Tiny", dim_x=0, dim_y=1, temporal=False) == model_config(
+    ...     "bsa-tnp-tiny", dim_x=0, dim_y=1, temporal=False
+    ... )
+    True
     >>> model_config("gp-net", dim_x=0, dim_y=1, temporal=False)
     Traceback (most recent call last):
     ...
     xnp.errors.ConfigError: Unknown model 'gp-net'; available models: bsa-tnp, ...
     """
     if isinstance(model, str):
-        if model not in _PRESETS:
+        key = _normalise_name(model)
+        if key not in _PRESETS:
             raise ConfigError(f"Unknown model {model!r}; available models: {', '.join(_PRESETS)}.")
-        config = _PRESETS[model]()
+        config = _PRESETS[key]()
     else:
         config = model
     _kind_of(config)

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal, Self
 
+import numpy as np
+
 from xnp.errors import ConfigError
-from xnp.models.config import ConfigIO
+from xnp.models.config import (
+    ConfigIO,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    check_sizes,
+)
 
 __all__ = ["SwinTNPConfig"]
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, int | float | np.integer | np.floating)
+        and not isinstance(value, bool | np.bool_)
+        and math.isfinite(value)
+    )
+
 
 _INT_FIELDS = (
     "dim_y", "n_layers", "n_heads", "dim_token", "dim_attn", "ffn_hidden", "dim_obs_embed",
@@ -117,54 +136,50 @@ class SwinTNPConfig(ConfigIO):
 
     def __post_init__(self) -> None:
         for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
-        if not isinstance(self.dim_x, int) or self.dim_x < 0:
-            raise ConfigError(f"dim_x must be a non-negative integer; got {self.dim_x!r}.")
-        if self.dim_s != 2:
+            check_int(self, name)
+        check_int(self, "dim_x", minimum=0)
+        check_int(self, "n_fourier", minimum=0)
+        check_int(self, "decoder_radius", minimum=0)
+        if not isinstance(self.dim_s, int) or self.dim_s != 2:
             raise ConfigError(f"Swin-TNP grids are 2-D: dim_s must be 2; got {self.dim_s!r}.")
-        if self.n_fourier < 0 or self.decoder_radius < 0:
-            raise ConfigError("n_fourier and decoder_radius must be non-negative.")
+        for name in ("translation_equivariant", "embed_t"):
+            check_bool(self, name)
         if self.dim_attn % self.n_heads:
             raise ConfigError(
                 f"dim_attn ({self.dim_attn}) must be divisible by n_heads ({self.n_heads})."
             )
-        if self.geometry not in ("sphere", "plane"):
-            raise ConfigError(f"geometry must be 'sphere' or 'plane'; got {self.geometry!r}.")
-        if self.grid_anchor not in ("fixed", "context"):
-            raise ConfigError(
-                f"grid_anchor must be 'fixed' or 'context'; got {self.grid_anchor!r}."
-            )
+        check_choice(self, "geometry", ("sphere", "plane"))
+        check_choice(self, "grid_anchor", ("fixed", "context"))
         if self.grid_anchor == "context" and self.geometry != "plane":
             raise ConfigError("grid_anchor='context' is only supported with geometry='plane'.")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(
-                f"dtype must be 'float32', 'bfloat16' or 'float16'; got {self.dtype!r}."
-            )
+        check_choice(self, "dtype", ("float32", "bfloat16", "float16"))
         self._check_grid()
-        if not 0.0 <= self.min_std < 1.0:
-            raise ConfigError(f"min_std must be in [0, 1); got {self.min_std!r}.")
-        if not self.temporal_scale > 0:
-            raise ConfigError(f"temporal_scale must be positive; got {self.temporal_scale!r}.")
+        check_real(self, "min_std", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+        check_real(self, "temporal_scale", lambda v: v > 0, "a positive finite number")
         for name in ("embed_hidden", "head_hidden", "bias_hidden"):
-            sizes = getattr(self, name)
-            if not all(isinstance(h, int) and h > 0 for h in sizes):
-                raise ConfigError(f"{name} must hold positive integers; got {sizes!r}.")
+            check_sizes(self, name)
 
     def _check_grid(self) -> None:
-        for name in ("grid_shape", "window", "shift"):
-            pair = getattr(self, name)
-            if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
-                raise ConfigError(f"{name} must be two integers; got {pair!r}.")
-        if min(self.grid_shape) < 1 or min(self.window) < 1:
-            raise ConfigError("grid_shape and window must be positive.")
+        check_sizes(self, "grid_shape", length=2)
+        check_sizes(self, "window", length=2)
+        check_sizes(self, "shift", length=2, minimum=0)
         if not all(0 <= s < w for s, w in zip(self.shift, self.window, strict=True)):
             raise ConfigError(f"shift {self.shift} must lie in [0, window {self.window}).")
-        if len(self.extent) != 2 or any(len(e) != 2 or not e[1] > e[0] for e in self.extent):
+        extent = self.extent
+        good = isinstance(extent, tuple | list) and len(extent) == 2
+        good = good and all(
+            isinstance(e, tuple | list)
+            and len(e) == 2
+            and all(_finite(v) for v in e)
+            and float(e[1]) > float(e[0])
+            for e in extent
+        )
+        if not good:
             raise ConfigError(
-                f"extent must be ((lo, hi), (lo, hi)) with hi > lo; got {self.extent!r}."
+                f"extent must be ((lo, hi), (lo, hi)) of finite numbers with hi > lo; "
+                f"got {extent!r}."
             )
+        object.__setattr__(self, "extent", tuple((float(lo), float(hi)) for lo, hi in extent))
         if self.geometry == "sphere":
             (lat0, lat1), (lon0, lon1) = self.extent
             if lat0 < -90.0 or lat1 > 90.0 or lon1 - lon0 > 360.0:
