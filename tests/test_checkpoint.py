@@ -375,6 +375,10 @@ def test_checkpoints_resume_to_the_uninterrupted_result(tmp_path):
     # other data (here shifted by 50 K) is another fit, even with the same arguments
     with pytest.raises(CheckpointError, match=r"different fit \(differs in \['data'\]\)"):
         (gp_data() + 50.0).np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
+    # and so is the same field on another region (same sizes, times and statistics)
+    moved = gp_data().assign_coords(lat=lambda d: d.lat + 1.0)
+    with pytest.raises(CheckpointError, match=r"different fit \(differs in \['data'\]\)"):
+        moved.np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
     # forgetting resume=True must not wipe the run's checkpoints
     with pytest.raises(CheckpointError, match="already holds the checkpoints"):
         gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)

@@ -416,10 +416,16 @@ def _fingerprint(data: xr.Dataset, layout: Any, variables: Sequence[str],
                  normaliser: Normaliser | None = None) -> dict[str, Any]:  # fmt: skip
     """What identifies the data of a fit, so that ``resume=True`` refuses other data.
 
-    Sizes, the time span and the statistics of the variables (the normaliser's, to
-    9 significant digits so that another chunking of the same data still matches).
+    Sizes, the time span, the extent of the spatial coordinates and the statistics of
+    the variables (the normaliser's, to 9 significant digits so that another
+    chunking of the same data still matches).
     """
     out: dict[str, Any] = {"sizes": {str(k): int(v) for k, v in data.sizes.items()}}
+    for name in (layout.lat, layout.lon, layout.x, layout.y):
+        if name is not None:  # same sizes but another region must not be resumed
+            c = np.asarray(data[name].values, np.float64)
+            extent = (np.nanmin(c), np.nanmax(c), np.nanmean(c)) if c.size else ()
+            out.setdefault("coords", {})[str(name)] = [float(f"{v:.9g}") for v in extent]
     if layout.time is not None:
         t = np.asarray(data[layout.time].values).ravel()
         out["time"] = [str(t.min()), str(t.max())] if t.size else []
