@@ -389,3 +389,158 @@ def test_any_xnp_error_is_one_line_but_bugs_keep_their_traceback(capsys, files, 
         monkeypatch.setattr(xnp.prediction, "predict", raise_(bug))
         with pytest.raises(type(bug)):
             main([str(a) for a in argv])
+
+
+def test_outputs_are_checked_before_any_work(capsys, files, tmp_path, monkeypatch):
+    import importlib
+
+    import xnp.api
+
+    def never(*args, **kwargs):
+        raise AssertionError("the output should have been refused before this work")
+
+    evaluate = importlib.import_module("xnp.evaluate")  # (xnp.evaluate is the function)
+    for module, name in ((xnp.api, "fit"), (xnp.prediction, "predict"),
+                         (evaluate, "evaluate")):  # fmt: skip
+        monkeypatch.setattr(module, name, never)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    (tmp_path / "a-file").write_text("keep")
+    data, fit = files / "data.nc", ("--steps", "2", "--no-progress")
+
+    def fails(status_expected, *argv, match):
+        status, out, err = run(capsys, *argv)
+        assert status == status_expected, err
+        assert match in err
+        assert out == ""  # nothing computed, nothing printed
+        return err
+
+    # fit and demo: a folder that is not a model, or a file in the way
+    fails(1, "fit", data, "field", "--out", mine, *fit, match="refusing to replace")
+    fails(1, "fit", data, "field", "--out", tmp_path / "a-file" / "m", *fit,
+          match="a file is in the way of its folder")  # fmt: skip
+    fails(1, "demo", "--out", tmp_path / "a-file", *fit, match="--out is a file")
+    for name in ("model", "prediction.zarr"):  # folders of the user's, in the demo's way
+        (tmp_path / "demo" / name).mkdir(parents=True)
+        (tmp_path / "demo" / name / "notes.txt").write_text("keep")
+        fails(1, "demo", "--out", tmp_path / "demo", *fit, match="refusing to replace")
+        (tmp_path / "demo" / name).rename(tmp_path / "demo" / f"{name}-kept")
+    # predict: a netCDF file cannot replace a folder; the inputs are never replaced
+    fails(1, "predict", "gp-sphere", data, "--out", mine, "--format", "netcdf", "--overwrite",
+          match="the output is a directory")  # fmt: skip
+    fails(1, "predict", "gp-sphere", data, "--out", data, "--overwrite",
+          match="is the CONTEXT; xnp never writes over its input data")  # fmt: skip
+    # evaluate: --out is checked before the scores are computed and printed
+    fails(2, "evaluate", data, data, "--out", tmp_path / "scores.txt",
+          match="cannot tell the output format")  # fmt: skip
+    fails(1, "evaluate", data, data, "--out", tmp_path / "a-file", "--format", "netcdf",
+          match="pass --overwrite")  # fmt: skip
+    fails(1, "evaluate", data, data, "--out", data, "--overwrite", match="is the PRED")
+    fails(2, "evaluate", data, data, "--format", "zarr", match="--format is the format of --out")
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert (tmp_path / "a-file").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "demo", "mine"]
+
+
+def test_targets_may_name_their_coordinates_unlike_the_training_data(capsys, files, fitted,
+                                                                     tmp_path):  # fmt: skip
+    # fitted on lat/lon; stations with latitude/longitude (as the Texas file has them)
+    sites = xr.Dataset(coords={"latitude": ("station", [35.0, 50.0, 55.0]),
+                               "longitude": ("station", [0.0, 10.0, 20.0])})  # fmt: skip
+    sites.to_netcdf(tmp_path / "sites.nc")
+    status, _, err = run(capsys, "predict", fitted, files / "data.nc", tmp_path / "sites.nc",
+                         "--time", "2000-01-01T06", "--out", tmp_path / "p.nc",
+                         "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "p.nc") as pred:
+        assert pred["field_mean"].dims == ("station",)
+        assert np.isfinite(pred["field_mean"].values).all()
+
+
+@pytest.mark.filterwarnings("default")  # as for a user: shown, not raised
+def test_warnings_are_one_line_messages(capsys, files, tmp_path, monkeypatch):
+    import warnings
+
+    from xnp.errors import XnpWarning
+
+    def predict(*args, **kwargs):
+        warnings.warn("3 targets lie far\nfrom the context", XnpWarning, stacklevel=2)
+        warnings.warn("odd _FillValue", RuntimeWarning, stacklevel=2)
+        raise XnpError("stop here")
+
+    monkeypatch.setattr(xnp.prediction, "predict", predict)
+    status, _, err = run(capsys, "predict", "gp-sphere", files / "data.nc", "--out",
+                         tmp_path / "p.nc", "--quiet")  # fmt: skip
+    assert status == 1
+    assert err.splitlines() == [
+        "xnp: warning: 3 targets lie far from the context",
+        "xnp: warning: RuntimeWarning: odd _FillValue",
+        "xnp: error: stop here",
+    ]
+
+
+def test_the_demo_plot_is_written_atomically(tmp_path):
+    from xnp.cli import _save_figure
+
+    class Interrupted:
+        def savefig(self, path, **kwargs):
+            with open(path, "wb") as fh:
+                fh.write(PNG[:4])  # half an image, then ^C
+            raise KeyboardInterrupt
+
+    (tmp_path / "prediction.png").write_bytes(PNG + b"previous")
+    with pytest.raises(KeyboardInterrupt):
+        _save_figure(Interrupted(), tmp_path / "prediction.png")
+    assert (tmp_path / "prediction.png").read_bytes() == PNG + b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["prediction.png"]
+
+
+def test_the_demo_grid_of_a_region_across_the_antimeridian_is_regional():
+    from xnp.cli import _demo_grid
+
+    fiji = xr.Dataset(
+        {"t": ("station", [290.0, 291.0, 292.0, 293.0])},
+        coords={"lat": ("station", [-20.0, -18.0, -16.0, -14.0]),
+                "lon": ("station", [170.0, 178.0, -178.0, -170.0])},
+    )  # fmt: skip
+    lon = _demo_grid(fiji, "t", 2.0)["lon"].values
+    np.testing.assert_allclose(lon, np.arange(170.0, 191.0, 2.0))  # not 180 global columns
+    lon = _demo_grid(fiji.assign_coords(lon=("station", [-10.0, -5.0, 0.0, 2.0])), "t", 2.0)
+    np.testing.assert_allclose(lon["lon"].values, np.arange(-10.0, 3.0, 2.0))
+
+
+def test_a_netcdf_file_named_zarr_is_read_back(tmp_path):
+    # `xnp predict ... --out p.zarr --format netcdf` writes one; evaluate must read it
+    from xnp.cli import open_data
+
+    path = write_dataset(xr.Dataset({"a": ("x", [1.0, 2.0])}), tmp_path / "p.zarr",
+                         fmt="netcdf")  # fmt: skip
+    assert path.is_file()
+    with open_data(path) as ds:
+        assert ds.a.values.tolist() == [1.0, 2.0]
+
+
+def test_options_are_not_silently_ignored(capsys, files, tmp_path, monkeypatch):
+    import xnp.api
+
+    def never(*args, **kwargs):
+        raise AssertionError("the options should have been refused")
+
+    monkeypatch.setattr(xnp.api, "fit", never)
+    status, _, err = run(capsys, "fit", files / "data.nc", "field", "--out", tmp_path / "m",
+                         "--tasks", "auto", "--max-points", "64")  # fmt: skip
+    assert status == 2
+    assert "--max-points caps the points of spatial tasks" in err
+    # the model would be saved, after training, over the checkpoints
+    status, _, err = run(capsys, "fit", files / "data.nc", "field", "--out", tmp_path / "m",
+                         "--checkpoint-dir", tmp_path / "m")  # fmt: skip
+    assert status == 2
+    assert "--out and --checkpoint-dir must be different folders" in err
+    # times to hold out for validation, of data without a time axis
+    files_ = tmp_path / "one-time.nc"
+    xr.open_dataset(files / "data.nc").isel(time=0, drop=True).to_netcdf(files_)
+    status, _, err = run(capsys, "fit", files_, "field", "--out", tmp_path / "m",
+                         "--validation", "2000-01-02/")  # fmt: skip
+    assert status == 1
+    assert "--validation 2000-01-02/ holds out times, but the data has no time axis" in err

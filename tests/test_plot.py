@@ -317,3 +317,52 @@ def test_layouts_times_and_inputs_as_users_give_them(tmp_path):
         plot_prediction(pred.drop_vars("time"), time="1999-01-01", coastlines=False)
     with pytest.raises(ConfigError, match="Dataset or DataArray"):
         plot_stations(np.zeros(3))
+
+
+def test_plot_stations_does_not_ignore_time():
+    from xnp.errors import CoordinateError
+
+    data = station_dataset(n_stations=4, nt=2)
+    at_one = data.isel(time=1)  # a scalar time coordinate: 2019-03-01 06:00
+    with pytest.raises(CoordinateError, match="was asked for, but the data is at 2019-03-01"):
+        plot_stations(at_one, time="2020-01-01", coastlines=False)
+    with pytest.raises(CoordinateError, match="the data has no time"):
+        plot_stations(at_one.drop_vars("time"), time="2020-01-01", coastlines=False)
+    fig = plot_stations(at_one, time="2019-03-01T06", coastlines=False)
+    assert titles(fig) == ["t2m: 4 stations at 2019-03-01 06:00"]
+
+
+def test_a_time_of_a_cftime_axis_selects_one_map():
+    from xnp.errors import CoordinateError
+
+    # a date string selects a slice of length 1 on a cftime axis, not one time
+    times = xr.date_range("2000-01-01", periods=2, freq="6h", calendar="noleap", use_cftime=True)
+    obs = grid_dataset(nt=2, ny=3, nx=4).assign_coords(time=times)
+    pred = xr.Dataset({"t2m_mean": obs.t2m, "t2m_std": obs.t2m * 0.0 + 1.0})
+    fig = plot_prediction(pred, time="2000-01-01T06", context=obs, coastlines=False)
+    assert fig.get_suptitle().endswith("at 2000-01-01 06:00:00")
+    assert len(fig.axes[0].collections[0].get_offsets()) == 12  # the context at that time
+    fig = plot_stations(obs, time="2000-01-01T06", coastlines=False)
+    assert titles(fig) == ["t2m: 12 stations at 2000-01-01 06:00:00"]
+    with pytest.raises(CoordinateError, match="not among the 2 times"):
+        plot_prediction(pred, time=slice("2001-01-01", "2001-02-01"), coastlines=False)
+
+
+def test_a_polar_grid_is_not_smeared_across_the_map():
+    # a polar stereographic grid: its longitudes go round the pole (no seamless window)
+    x = np.linspace(-1500e3, 1500e3, 6)
+    xx, yy = np.meshgrid(x, x)
+    lat = 90.0 - np.degrees(np.hypot(xx, yy) / 6371e3)
+    lon = np.degrees(np.arctan2(yy, xx))
+    pred = xr.Dataset(
+        {"v_mean": (("y", "x"), lat), "v_std": (("y", "x"), np.ones_like(lat))},
+        coords={"lat": (("y", "x"), lat), "lon": (("y", "x"), lon)},
+    )
+    fig = plot_prediction(pred, coastlines=False)  # (matplotlib warned of the seam: an error)
+    dots = fig.axes[0].collections[0].get_offsets()  # one dot per point, not a mesh
+    np.testing.assert_allclose(np.sort(dots[:, 1]), np.sort(lat.ravel()))
+    # a curvilinear grid away from the seam stays a mesh
+    curvi = curvilinear_dataset()
+    pred = xr.Dataset({"sst_mean": curvi.sst, "sst_std": curvi.sst * 0.0 + 1.0})
+    fig = plot_prediction(pred, coastlines=False)
+    assert type(fig.axes[0].collections[0]).__name__ == "QuadMesh"

@@ -7,8 +7,8 @@
     xnp predict MODEL CONTEXT [TARGETS] --out FILE [--time T] [--chunks lat=64,lon=64] ...
     xnp evaluate PRED TRUTH [--dim DIMS] [--out FILE]
 
-Data files are opened with xarray: a directory or a ``.zarr`` path as zarr, anything
-else as netCDF (or whatever xarray's backends recognise).  Outputs are written
+Data files are opened with xarray: a directory as a zarr store, a file as netCDF (or
+whatever xarray's backends recognise).  Outputs are written
 atomically (to a temporary path, renamed into place once complete), so an
 interrupted run never leaves a half-written file under the requested name.
 
@@ -20,8 +20,9 @@ Exit status: 0 on success; 1 when the command fails at run time (missing or
 unreadable file, unknown variable, incompatible model, ...), after printing
 ``xnp: error: <message>`` on stderr without a traceback (``--debug`` shows it);
 2 for an invalid command line (unknown option, bad option value); 130 when
-interrupted.  Informational messages go to stderr through :mod:`logging`
-(``--quiet`` keeps warnings and errors only); the paths written go to stdout.
+interrupted.  Informational messages and warnings go to stderr through
+:mod:`logging` as ``xnp: ...`` (``--quiet`` keeps warnings and errors only); the
+paths written go to stdout.
 
 Examples
 --------
@@ -42,6 +43,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from xnp.errors import (
     DimensionError,
     VariableNotFoundError,
     XnpError,
+    XnpWarning,
 )
 
 __all__ = ["build_parser", "format_table", "main", "open_data", "write_dataset"]
@@ -228,7 +231,11 @@ def parse_time(text: str | None) -> Any:
 
 # -- files --------------------------------------------------------------------------------
 def _is_zarr(path: Path) -> bool:
-    return path.suffix == ".zarr" or path.is_dir()
+    """Whether the existing ``path`` is read as zarr: when it is a directory.
+
+    A file named ``.zarr`` is read as netCDF (``xnp predict --format netcdf`` may write one).
+    """
+    return path.is_dir()
 
 
 def _zarr_consolidated(path: Path) -> bool:
@@ -250,8 +257,9 @@ def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
     Parameters
     ----------
     path : path
-        A ``.zarr`` path or any directory: zarr; anything else: netCDF (or another
-        format one of xarray's backends recognises).  A leading ``~`` is expanded.
+        A directory: a zarr store; a file: netCDF (or another format one of
+        xarray's backends recognises), whatever its name.  A leading ``~`` is
+        expanded.
     what : str
         What the file is, for error messages ("context", "truth", ...).
 
@@ -323,12 +331,61 @@ def check_output(path: str | os.PathLike, fmt: str, overwrite: bool) -> None:
     from xnp.checkpoint import check_replaceable
 
     target = Path(path).expanduser()
+    _check_parent(target)
+    if fmt == "netcdf" and target.is_dir():  # os.replace cannot put a file there
+        raise IsADirectoryError(
+            errno.EISDIR,
+            "the output is a directory, and netCDF is written to a file; choose a file name "
+            "(or --format zarr to replace a zarr store)",
+            str(target),
+        )
     if target.exists() and not overwrite:
         raise FileExistsError(
             errno.EEXIST, "the output exists (pass --overwrite to replace it)", str(target)
         )
     if fmt == "zarr":
         check_replaceable(target, _ZARR_MARKERS)
+
+
+def _check_not_input(out: str | os.PathLike, inputs: dict[str, Any]) -> None:
+    """Raise if the output path ``out`` is one of the ``inputs`` (``{what: path}``).
+
+    An input is read while the output is written, and ``--overwrite`` is meant for
+    an earlier output, never for the data: xnp does not replace its inputs.
+    """
+    target = Path(out).expanduser().resolve()
+    for what, path in inputs.items():
+        if path is not None and Path(path).expanduser().resolve() == target:
+            raise ConfigError(
+                f"--out {out} is the {what}; xnp never writes over its input data. "
+                "Choose another --out."
+            )
+
+
+def _check_parent(target: Path) -> None:
+    """Raise unless the folders above ``target`` exist as folders or can be created."""
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(
+                    errno.ENOTDIR,
+                    f"cannot write {target}: a file is in the way of its folder",
+                    str(parent),
+                )
+            return
+
+
+def _check_model_out(path: Path) -> None:
+    """Raise unless a model can be saved to ``path`` (checked before training).
+
+    :meth:`xnp.NeuralProcess.save` replaces only an xnp model directory (or an
+    empty one); finding that out after hours of training would be too late.
+    """
+    from xnp.checkpoint import check_replaceable
+    from xnp.estimator import _is_saved_model
+
+    _check_parent(path)
+    check_replaceable(path, "config.json", recognise=_is_saved_model)
 
 
 def write_dataset(
@@ -385,6 +442,22 @@ def write_dataset(
     try:
         with _progress(progress):
             ds.to_netcdf(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """Save the matplotlib figure ``fig`` as PNG to ``path``, atomically.
+
+    As :func:`write_dataset`: written next to ``path`` and renamed into place once
+    complete, so an interrupted run never leaves a truncated image.
+    """
+    target = Path(path).expanduser()
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, format="png", **kwargs)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -530,11 +603,30 @@ def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     from xnp.api import DEFAULT_MAX_POINTS, fit
     from xnp.data.tasks import SpatialTasks
 
+    if args.max_points is not None and args.tasks != "spatial":
+        raise UsageError(
+            "--max-points caps the points of spatial tasks (--tasks spatial); --tasks auto "
+            f"caps its tasks at {DEFAULT_MAX_POINTS} points. Leave out one of the two."
+        )
+    out = Path(args.out).expanduser()
+    if args.checkpoint_dir and Path(args.checkpoint_dir).expanduser().resolve() == out.resolve():
+        raise UsageError(
+            "--out and --checkpoint-dir must be different folders: the model saved at the "
+            "end would have to replace the checkpoints."
+        )
+    _check_model_out(out)  # before training, not after it
     data = files.enter_context(open_data(args.data))
     variables = args.variable
     _check_variables(data, variables, "data")
     validation: float | str | slice | None = args.validation or None
     if validation is not None and _time_dim(data, variables[0]) is None:
+        if not isinstance(validation, float):  # dates given: they cannot be held out
+            v = validation
+            shown = f"{v.start or ''}/{v.stop or ''}" if isinstance(v, slice) else v
+            raise ConfigError(
+                f"--validation {shown} holds out times, but the data has no time "
+                f"axis; leave --validation out, or give data of {variables[0]!r} over time."
+            )
         log.info("the data has no time axis: training without validation")
         validation = None
     max_points = args.max_points or DEFAULT_MAX_POINTS
@@ -547,7 +639,7 @@ def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         resume=args.resume, progress=args.progress, config=_train_config(args.steps),
         context_sources=_open_sources(args, files),
     )  # fmt: skip
-    path = model.save(Path(args.out).expanduser())
+    path = model.save(out)
     for line in repr(model).splitlines():
         log.info("%s", line)
     print(f"model: {path}")
@@ -558,7 +650,10 @@ def _default_chunks(model: Any, template: xr.Dataset) -> dict[str, int]:
     """About 4096 target points per dask block over the template's spatial dims."""
     from xnp.data.coords import find_coords
 
-    names = {k: model.coords[k] for k in ("lat", "lon") if isinstance(model.coords.get(k), str)}
+    # the names of the training data, when the targets use them too (as predict does)
+    coords = model.coords
+    names = {k: coords[k] for k in ("lat", "lon")
+             if isinstance(coords.get(k), str) and coords[k] in template.variables}  # fmt: skip
     dims = find_coords(template, **names).point_dims
     size = max(1, round(4096 ** (1.0 / max(len(dims), 1))))
     return dict.fromkeys(dims, size)
@@ -586,6 +681,9 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     if args.targets:
         targets = files.enter_context(open_data(args.targets, what="targets"))
     fmt = output_format(args.out, args.format)
+    inputs = {"CONTEXT": args.context, "TARGETS": args.targets}
+    inputs.update({f"context source {n!r}": p for n, p in args.context_source or []})
+    _check_not_input(args.out, inputs)
     check_output(args.out, fmt, args.overwrite)
     template = targets if targets is not None else context
     chunks = args.chunks or _default_chunks(model, template)
@@ -619,12 +717,19 @@ def _cmd_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         from xnp.evaluate import evaluate
     except ImportError as err:
         raise ConfigError(f"this xnp has no evaluation module (xnp.evaluate): {err}") from err
+    fmt = None
+    if args.out:  # checked before the scores are computed and printed
+        fmt = output_format(args.out, args.format)
+        _check_not_input(args.out, {"PRED": args.pred, "TRUTH": args.truth})
+        check_output(args.out, fmt, args.overwrite)
+    elif args.format is not None:
+        raise UsageError("--format is the format of --out; give --out FILE too.")
     pred = files.enter_context(open_data(args.pred, what="prediction"))
     truth = files.enter_context(open_data(args.truth, what="truth"))
     result = evaluate(pred, truth, variables=args.variables, dim=args.dim).compute()
     print(format_table(result))
     if args.out:
-        path = write_dataset(result, args.out, fmt=args.format, overwrite=args.overwrite)
+        path = write_dataset(result, args.out, fmt=fmt, overwrite=args.overwrite)
         print(f"scores: {path}")
     return 0
 
@@ -632,8 +737,12 @@ def _cmd_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 def _demo_grid(data: xr.Dataset, variable: str, resolution: float) -> dict[str, xr.DataArray]:
     """A regular latitude/longitude grid over the extent of ``data`` (global if it is)."""
     from xnp.data.coords import find_coords, latlon
+    from xnp.plot import _longitude_frame, _wrap  # (no matplotlib import)
 
     lat, lon = latlon(data, find_coords(data, variable))
+    # a region across the antimeridian (e.g. 170°E to 165°W) is a region, not the
+    # globe: its longitudes, in the window it fits in, run on past 180
+    lon = _wrap(lon, _longitude_frame(lon)[0])
     lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
     lon0, lon1 = float(np.nanmin(lon)), float(np.nanmax(lon))
     if lon1 - lon0 > 300.0:  # (nearly) global: cover every longitude
@@ -699,6 +808,16 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     out = Path(args.out).expanduser()
     if args.model is not None and args.pretrained is not None:
         raise UsageError("give --model or --pretrained, not both.")
+    fmt = args.format
+    pred_path = out / ("prediction.zarr" if fmt == "zarr" else "prediction.nc")
+    # what will be written, checked before any work (a fit can take a while)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(
+            errno.ENOTDIR, "--out is a file; the demo writes into a folder", str(out)
+        )
+    if args.model is None or not Path(args.model).expanduser().exists():
+        _check_model_out(out / "model")  # (a saved model given with --model stays where it is)
+    check_output(pred_path, fmt, overwrite=True)
     given = resolve_model(args.model) if args.model is not None else None
     if args.data is not None:
         if args.variable is None:
@@ -719,9 +838,6 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         data = gp_sphere(n_lat=24, n_lon=48, n_time=24, seed=args.seed)
         variable = "field"
         log.info("data: synthetic Gaussian-process field on a 24 × 48 grid, 24 times 6 h apart")
-    fmt = args.format
-    pred_path = out / ("prediction.zarr" if fmt == "zarr" else "prediction.nc")
-
     tdim = _time_dim(data, variable)
     # the last time is held out of training (validation period) and used as the context
     frame = data.isel({tdim: -1}) if tdim is not None else data
@@ -772,7 +888,7 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
         with open_data(pred_path, what="prediction") as written:
             fig = plot_prediction(written, variable, context=context)
-            fig.savefig(png_path, dpi=110)
+            _save_figure(fig, png_path, dpi=110)
     except ImportError as err:  # matplotlib missing: the demo still succeeds
         log.warning("no plot: %s", err)
         png_path = None
@@ -953,8 +1069,8 @@ def _add_fit(subs: Any) -> None:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="at most N context and N target points per spatial task "
-        f"(default: {DEFAULT_MAX_POINTS})",
+        help="at most N context and N target points per task, with --tasks spatial "
+        f"(default: {DEFAULT_MAX_POINTS}; --tasks auto always caps at {DEFAULT_MAX_POINTS})",
     )
     _source_option(
         p,
@@ -1179,15 +1295,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def _logging(quiet: bool, verbose: bool) -> Iterator[None]:
-    """Send xnp's log records to stderr as ``xnp: message`` for the command's duration."""
+    """Send xnp's log records to stderr as ``xnp: message`` for the command's duration.
+
+    Python warnings (xnp's own, or xarray's while it decodes a file) are shown the
+    same way, as ``xnp: warning: message``, not with the file and source line of
+    the code that warned (``--verbose`` adds where they come from).
+    """
     logger = logging.getLogger("xnp")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("xnp: %(message)s"))
     previous = logger.level
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     logger.addHandler(handler)
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:  # fmt: skip
+        text = " ".join(str(message).split())
+        if not issubclass(category, XnpWarning):
+            text = f"{category.__name__}: {text}"
+        if verbose:
+            text = f"{text} ({filename}:{lineno})"
+        log.warning("warning: %s", text)
+
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)

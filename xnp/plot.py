@@ -166,14 +166,17 @@ def _one_time(obj: xr.Dataset, name: str, time: Any, what: str) -> xr.Dataset:
                     f"The time coordinate {layout.time!r} of the {what} has no index to select "
                     f"time={time!r} with; select the time yourself (.isel({tdim}=...))."
                 )
+            times = obj[layout.time].values
+            missing = CoordinateError(
+                f"time={time!r} is not among the {times.size} times of the {what} "
+                f"({_format_time(times[0])} ... {_format_time(times[-1])})."
+            )
             try:
                 obj = obj.sel({layout.time: time})
             except KeyError as err:
-                raise CoordinateError(
-                    f"time={time!r} is not among the {obj.sizes[tdim]} times of the {what} "
-                    f"({_format_time(obj[layout.time].values[0])} ... "
-                    f"{_format_time(obj[layout.time].values[-1])})."
-                ) from err
+                raise missing from err
+            if tdim in obj[name].dims and obj.sizes[tdim] == 0:  # an empty range
+                raise missing
         elif obj.sizes[tdim] == 1:
             obj = obj.isel({tdim: 0})
         else:
@@ -181,6 +184,9 @@ def _one_time(obj: xr.Dataset, name: str, time: Any, what: str) -> xr.Dataset:
                 f"The {what} has {obj.sizes[tdim]} times; choose one with time=..., "
                 f"e.g. time={_format_time(obj[str(layout.time)].values[0])!r}."
             )
+        if tdim in obj[name].dims and obj.sizes[tdim] == 1:
+            # a date string selects a slice on a cftime axis (partial-date indexing)
+            obj = obj.isel({tdim: 0})
         if tdim in obj[name].dims:
             raise DimensionError(
                 f"time={time!r} selects {obj.sizes[tdim]} times of the {what}; choose one."
@@ -284,12 +290,24 @@ class _Field:
             order = np.argsort(self.lon, kind="stable")
             self.lon, self.values = self.lon[order], self.values[:, order]
 
+    def wraps(self) -> bool:
+        """Whether a 2-D (curvilinear) grid has neighbours on both sides of the map's seam.
+
+        Around a pole, or across the edge of the longitude window, neighbouring
+        cells are about 360° apart on the map: a mesh would smear them over it.
+        """
+        if np.ndim(self.lon) != 2:
+            return False
+        steps = [np.abs(np.diff(self.lon, axis=a)) for a in (0, 1)]
+        return any(bool(np.any(d[np.isfinite(d)] > 180.0)) for d in steps)
+
     def draw(self, ax: Axes, *, size: float | None = None, **style: Any) -> Any:
         """Draw on ``ax`` (pcolormesh or scatter); return the artist, for a colorbar."""
-        if self.mesh:
+        if self.mesh and not self.wraps():
             artist = ax.pcolormesh(self.lon, self.lat, self.values, shading="auto", **style)
-        else:
-            artist = _scatter(ax, self.lon, self.lat, self.values, size=size, **style)
+        else:  # scattered points, or a grid around a pole: one dot per point
+            lon, lat, values = np.ravel(self.lon), np.ravel(self.lat), np.ravel(self.values)
+            artist = _scatter(ax, lon, lat, values, size=size, **style)
         return artist
 
 
@@ -391,7 +409,9 @@ def plot_prediction(
     """Map the context, the predictive mean and the predictive standard deviation.
 
     Gridded targets (1-D latitude/longitude, curvilinear or projected grids) are
-    drawn with ``pcolormesh``; station or other scattered targets as coloured dots.
+    drawn with ``pcolormesh``; station or other scattered targets as coloured dots,
+    and so are the points of a curvilinear grid that wraps around the globe (e.g. a
+    polar stereographic grid around a pole), which no longitude window shows whole.
     The context panel and the mean share one colour scale; the context locations
     are marked on the standard-deviation map, where the uncertainty should dip.
 
@@ -565,14 +585,14 @@ def plot_stations(
     layout = find_coords(data, variable)
     note = ""
     tdim = layout.time_dim
-    if tdim is not None and tdim in data[variable].dims:
-        if time is None and data.sizes[tdim] > 1:
-            note = f" (mean over {data.sizes[tdim]} times)"
-            attrs = data[variable].attrs
-            data = data.mean(tdim, keep_attrs=True)
-            data[variable].attrs = attrs
-        else:
-            data = _one_time(data, variable, time, "data")
+    has_times = tdim is not None and tdim in data[variable].dims
+    if has_times and time is None and data.sizes[tdim] > 1:
+        note = f" (mean over {data.sizes[tdim]} times)"
+        attrs = data[variable].attrs
+        data = data.mean(tdim, keep_attrs=True)
+        data[variable].attrs = attrs
+    elif has_times or time is not None:  # time= must match data at one time, or none
+        data = _one_time(data, variable, time, "data")
     ps = to_points(data, variable)
     start, central = _longitude_frame(ps.lon)
     lon = _wrap(ps.lon, start)
