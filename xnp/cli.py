@@ -1052,6 +1052,7 @@ def _add_fit(subs: Any) -> None:
     p.add_argument(
         "--model",
         default="bsa-tnp",
+        type=lambda name: name.strip().lower().replace("_", "-"),  # as the registry reads it
         choices=available_models(),
         metavar="NAME",
         help=f"architecture: {', '.join(available_models())} (default: %(default)s)",
