@@ -87,7 +87,12 @@ def test_batched_regional_equals_each_chunk_on_its_own(model):
     plan = pred.regional_plan(ctx, tgt, 300)
     assert len({c.size for _, c in plan}) > 3  # several context sizes, padded and batched
     call = jax.jit(lambda c, t: model(c, t))
-    for t_idx, c_idx in plan:
+    # the reference compiles once per chunk shape: check the smallest and largest
+    # context, one between and the short last chunk rather than all eleven
+    by_size = sorted(plan, key=lambda tc: (len(tc[0]), tc[1].size))
+    picked = {id(tc): tc for tc in (by_size[0], by_size[len(by_size) // 2], by_size[-1])}
+    picked |= {id(tc): tc for tc in plan if len(tc[0]) < max(len(t) for t, _ in plan)}
+    for t_idx, c_idx in picked.values():
         sub = jax.tree.map(lambda a, i=c_idx: a[:, i], ctx)
         ref_mean, ref_std = call(sub, jax.tree.map(lambda a, i=t_idx: a[:, i], tgt))
         np.testing.assert_allclose(mean[:, t_idx], ref_mean, atol=1e-5)
