@@ -52,6 +52,18 @@ on shared cores): stationary validation NLL 0.570 (0.568 shipped); ERA5 RMSE 0.8
 +1.7 %), NLL 1.836 (1.828); block CV 1.734 (1.755), NLL 1.978 (1.968).  The bar set
 before looking (ERA5 3 % better; Texas RMSEs within 1 %, NLLs within 0.02) fails on
 Texas leave-one-out, so these weights are not shipped either.
+
+At prediction time instead (no retraining): the shipped model predicts its
+standardisation mean far from the stations (shifting the mean by which the context is
+standardised moves its far-field predictions with it), so a better estimate of the
+field's mean should help.  Standardising by kriging's GLS mean (an oracle: it needs the
+fitted variogram) gives ERA5 RMSE 0.835 K (0.879), 1.30 K beyond 120 km (1.51).  A
+fitting-free stand-in, the mean weighted by spherical Voronoi areas clipped to 8 median
+station spacings, gives 0.828 K and leaves Texas unchanged (leave-one-out 1.508 °C, block
+CV 1.768), but on the stationary fields of ``evaluate_zero_shot.py`` it costs RMSE
+0.632 → 0.734 and NLL 0.732 → 0.830 at 3000 km (buffer 4: 0.707, 0.797): the clipped
+cells at the edge of a network weigh heavily, which helps where the targets lie beyond
+the network (the sea around the UK) and hurts where they lie inside it.  Not kept.
 """
 
 from __future__ import annotations
