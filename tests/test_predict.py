@@ -492,10 +492,12 @@ def test_elevation_covariate_at_the_targets(data):
     xr.testing.assert_allclose(eager, filled, atol=1e-5)
     lazy = predict(model, frame, in_km, chunks={"lat": 3}).compute()
     xr.testing.assert_allclose(lazy, eager, atol=1e-5)
-    # no target has the covariate: NaN everywhere, eager as lazy
+    # no target has the covariate: NaN everywhere, eager as lazy, with a warning
     nowhere = in_km.assign(orog=in_km.orog * np.nan)
-    assert predict(model, frame, nowhere)["t2m_mean"].isnull().all()
-    assert predict(model, frame, nowhere, chunks=4)["t2m_mean"].isnull().all()
+    with pytest.warns(XnpWarning, match="80 of 80 points have a missing .*'elevation'"):
+        assert predict(model, frame, nowhere)["t2m_mean"].isnull().all()
+    with pytest.warns(XnpWarning, match="points have a missing .*'elevation'"):
+        assert predict(model, frame, nowhere, chunks=4)["t2m_mean"].isnull().all()
 
 
 def test_targets_and_context_at_a_single_place(model, data):
