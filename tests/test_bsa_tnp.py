@@ -198,8 +198,8 @@ def test_embedded_coordinates_do_not_depend_on_units():
     tgt = random_points(jax.random.key(6), 2, 20, time=True)
     units = lambda p: p.replace(s=p.s * 1000.0, t=p.t * 60.0)  # noqa: E731
     np.testing.assert_allclose(
-        model(1000.0, 24.0 * 60.0)(units(ctx), units(tgt))[0],
-        model(1.0, 24.0)(ctx, tgt)[0],
+        jax.jit(model(1000.0, 24.0 * 60.0))(units(ctx), units(tgt))[0],
+        jax.jit(model(1.0, 24.0))(ctx, tgt)[0],
         rtol=1e-4, atol=1e-4,
     )  # fmt: skip
 
