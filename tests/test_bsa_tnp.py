@@ -247,6 +247,7 @@ def test_bsa_model_matches_dense_model_values_and_gradients():
         np.testing.assert_allclose(g, g_ref, atol=1e-5 * (1 + float(jnp.abs(g_ref).max())))
 
 
+@pytest.mark.slow  # (the default run covers learning through fit: test_fit_learns_the_gp_field)
 def test_g_training_beats_the_trivial_predictor():
     tasks = GPTasks(dims=1, n_context=(8, 32), n_target=32, lengthscale=(3.0, 7.0))
     cfg = BSATNPConfig.tiny(spatial_bias="euclidean", dim_s=1, spatial_scale=1.0)
