@@ -104,6 +104,21 @@ def test_regional_with_large_radius_equals_exact(model, data):
     xr.testing.assert_allclose(regional, exact, atol=1e-4)
 
 
+def test_targets_beyond_the_context_radius_are_refused_before_any_work(model, data):
+    # the grid plus a column 20° east of the data: no context within 300 km there, so
+    # the answer must not depend on how the targets are chunked (eager or lazy)
+    t0 = data.time.values[0]
+    far = xr.Dataset(coords={"lat": grid().lat, "lon": np.r_[grid().lon.values, 25.0]})
+    for chunks in (None, {"lon": 4}):
+        counter = CountingScheduler()
+        refused = pytest.raises(EmptyDataError, match=r"12 of 192 target points .*=300 km")
+        with dask.config.set(scheduler=counter), refused:
+            predict(model, data, far, time=t0, context_radius="300km", chunks=chunks)
+        assert counter.calls == 0
+    near = predict(model, data, grid(), time=t0, context_radius="300km", chunks={"lon": 4})
+    assert np.isfinite(near["t2m_mean"].values).all()
+
+
 def test_distributed_local_cluster(model, data):
     distributed = pytest.importorskip("distributed")
     t0 = data.time.values[0]
@@ -146,25 +161,6 @@ def test_another_region_gives_the_same_answer(model, data):
                     grid().assign_coords(lon=grid().lon + 70.0), time=t0)  # fmt: skip
     np.testing.assert_allclose(moved["t2m_mean"].values, ref["t2m_mean"].values, atol=1e-3)
     np.testing.assert_allclose(moved["t2m_std"].values, ref["t2m_std"].values, atol=1e-3)
-
-
-def test_swin_tnp_fit_predict_save_load_through_the_accessor(tmp_path):
-    import xnp
-    from xnp.data import SpatialTasks
-
-    ds = xnp.datasets.gp_sphere(n_lat=8, n_lon=16, n_time=12)
-    model = ds.np.fit(
-        "field", model="swin-tnp-tiny", tasks=SpatialTasks(), steps=10, batch_size=2,
-        progress=False, validation=0.2, config=xnp.TrainConfig(log_every=5, validate_every=5),
-    )  # fmt: skip
-    assert type(model.config).__name__ == "SwinTNPConfig"
-    targets = {"lat": np.linspace(-60, 60, 5), "lon": np.linspace(-170, 170, 7)}
-    frame = ds.isel(time=slice(0, 1))
-    eager = frame.np.predict(model, targets)
-    model.save(tmp_path / "swin")
-    lazy = frame.np.predict(xnp.load(tmp_path / "swin"), targets, chunks={"lat": 2})
-    xr.testing.assert_allclose(lazy.compute(), eager, atol=1e-4)
-    assert np.isfinite(eager["field_mean"]).all()
 
 
 @pytest.fixture(scope="module")

@@ -244,7 +244,7 @@ def test_g_training_beats_the_trivial_predictor():
     assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)
 
 
-def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
+def test_preset_grid_fits_regional_data_and_stays_global_for_global_data(tmp_path):
     from strategies import grid_dataset, station_dataset
 
     import xnp
@@ -267,12 +267,14 @@ def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
         n % w == 0 and n <= m
         for n, w, m in zip(cfg.grid_shape, cfg.window, (64, 128), strict=False)
     )
-    # through fit: a preset name gets the data's domain
+    # through fit (with validation): a preset name gets the data's domain
     ds = grid_dataset(nt=6, ny=6, nx=9)
     model = ds.np.fit(
         "t2m", model="swin-tnp-tiny", tasks=SpatialTasks(), steps=2, batch_size=2,
-        progress=False, validation=None, config=xnp.TrainConfig(log_every=1, validate_every=1),
+        progress=False, validation=0.34, config=xnp.TrainConfig(log_every=1, validate_every=2),
     )  # fmt: skip
+    assert type(model.config).__name__ == "SwinTNPConfig"
+    assert np.isfinite(model.history_.val_nll.values[-1])
     (lat0, lat1), (lon0, lon1) = model.config.extent
     assert lat0 < 50.0
     assert lat1 > 55.0
@@ -281,6 +283,10 @@ def test_preset_grid_fits_regional_data_and_stays_global_for_global_data():
     assert lat1 - lat0 < 10
     out = ds.isel(time=0).np.predict(model)
     assert np.isfinite(out.t2m_mean).all()
+    # saved, loaded and predicted lazily: the same numbers
+    model.save(tmp_path / "swin")
+    lazy = ds.isel(time=0).np.predict(xnp.load(tmp_path / "swin"), chunks={"lat": 4})
+    xr.testing.assert_allclose(lazy.compute(), out, atol=1e-4)
     # outside the regional grid there are no pseudo-tokens: refused, not put on edge cells
     far = {"lat": np.array([52.0]), "lon": np.array([0.0, 120.0])}
     with pytest.raises(ConfigError, match="1 of 2 target points lie outside the model's grid"):

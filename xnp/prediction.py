@@ -569,6 +569,8 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
         model.normaliser.check_covariate_units(template, model.covariates, "targets")
         tgt_ps = to_points(template, None, covariates=model.covariates, **names)
     _warn_far_targets(model, ctx.points, tgt_ps)
+    if opts.radius_km is not None:
+        _check_within_radius(model, ctx.points, tgt_ps, opts.radius_km)
     outside = _outside_grid(model, tgt_ps.s)
     if outside is not None and outside.any():
         raise ConfigError(
@@ -650,6 +652,39 @@ def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
             "small. Restrict the targets to the observed region or fit a model.",
             XnpWarning,
             stacklevel=4,
+        )
+
+
+def _check_within_radius(model: Any, context: Points, targets: PointSet, radius_km: float
+                         ) -> None:  # fmt: skip
+    """Refuse, before any work, targets with no context point within ``context_radius``.
+
+    Regional prediction conditions each target chunk on the context within the
+    radius; a target with none there has nothing to condition on.  Checked for
+    every target up front, so that the answer does not depend on how the targets
+    are chunked (eager or lazy) and a lazy computation cannot fail half-way.
+    """
+    cfg = model.config
+    if getattr(cfg, "spatial_bias", None) == "euclidean" or getattr(cfg, "geometry", None) == (
+        "plane"
+    ):
+        return  # planar: the regional plan says that context_radius does not apply
+    mask = np.asarray(context.mask[0], bool)
+    if not len(targets) or not mask.any():
+        return
+    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
+    chord, _ = tree.query(_xyz(targets.s), k=1)
+    km = _great_circle_km(chord)
+    far = km > radius_km
+    if far.any():
+        worst = int(np.argmax(km))
+        raise EmptyDataError(
+            f"{int(far.sum()):,} of {len(targets):,} target points have no context point "
+            f"within context_radius={radius_km:g} km (the farthest, at lat "
+            f"{targets.lat[worst]:.2f}, lon {targets.lon[worst]:.2f}, is {km[worst]:,.0f} km "
+            "from the nearest): regional prediction has nothing to condition them on. "
+            f"Increase context_radius (to at least {np.ceil(km.max()):,.0f} km), restrict "
+            "the targets to the observed region, or predict without context_radius."
         )
 
 
