@@ -317,6 +317,13 @@ def _great_circle_km(chord: np.ndarray) -> np.ndarray:
     return 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(0.5 * np.asarray(chord), 1.0))
 
 
+def is_planar(config: Any) -> bool:
+    """Whether a model config works on planar coordinates (no great-circle distances)."""
+    return getattr(config, "spatial_bias", None) == "euclidean" or (
+        getattr(config, "geometry", None) == "plane"
+    )
+
+
 class Predictor:
     """Chunked, exact (or regional) prediction with a conditioned-once context.
 
@@ -448,9 +455,7 @@ class Predictor:
         radius_km = parse_distance_km(context_radius_km)
         if context.batch_size != 1 or targets.batch_size != 1:
             raise ShapeError("regional prediction takes one context set (batch size 1).")
-        if getattr(self.config, "spatial_bias", None) == "euclidean" or (
-            getattr(self.config, "geometry", None) == "plane"
-        ):
+        if is_planar(self.config):
             raise ConfigError(
                 "context_radius is a great-circle distance, but this model works on planar "
                 "coordinates; predict without context_radius."

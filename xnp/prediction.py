@@ -58,7 +58,7 @@ from xnp.errors import (
     XnpError,
     XnpWarning,
 )
-from xnp.infer import Predictor, _great_circle_km, _xyz, parse_distance_km
+from xnp.infer import Predictor, _great_circle_km, _xyz, is_planar, parse_distance_km
 from xnp.points import Points
 
 __all__ = ["predict"]
@@ -625,6 +625,14 @@ def _extent_text(model: Any) -> str:
 _FAR_CHECK_POINTS = 20_000
 
 
+def _nearest_context_km(context: Points, s: np.ndarray) -> np.ndarray:
+    """Great-circle distance (km) from each lat/lon in ``s`` to the nearest valid context point."""
+    mask = np.asarray(context.mask[0], bool)
+    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
+    chord, _ = tree.query(_xyz(s), k=1)
+    return _great_circle_km(chord)
+
+
 def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
     """Warn when targets lie farther from the context than the model was trained for.
 
@@ -636,12 +644,9 @@ def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:
     limit = (getattr(model, "training", None) or {}).get("max_distance_km")
     if not limit or not len(targets):
         return
-    mask = np.asarray(context.mask[0], bool)
-    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
     n = len(targets)
     stride = -(-n // _FAR_CHECK_POINTS)  # a regular subsample of large target sets
-    chord, _ = tree.query(_xyz(targets.s[::stride]), k=1)
-    km = _great_circle_km(chord)
+    km = _nearest_context_km(context, targets.s[::stride])
     far = int(np.sum(km > limit))
     if far:
         share = f"{far} of {n}" if stride == 1 else f"about {far / km.size:.0%} of the {n:,}"
@@ -664,17 +669,11 @@ def _check_within_radius(model: Any, context: Points, targets: PointSet, radius_
     every target up front, so that the answer does not depend on how the targets
     are chunked (eager or lazy) and a lazy computation cannot fail half-way.
     """
-    cfg = model.config
-    if getattr(cfg, "spatial_bias", None) == "euclidean" or getattr(cfg, "geometry", None) == (
-        "plane"
-    ):
-        return  # planar: the regional plan says that context_radius does not apply
-    mask = np.asarray(context.mask[0], bool)
-    if not len(targets) or not mask.any():
+    if is_planar(model.config):
+        return  # the regional plan says that context_radius does not apply
+    if not len(targets) or not np.asarray(context.mask[0]).any():
         return
-    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
-    chord, _ = tree.query(_xyz(targets.s), k=1)
-    km = _great_circle_km(chord)
+    km = _nearest_context_km(context, targets.s)
     far = km > radius_km
     if far.any():
         worst = int(np.argmax(km))
@@ -786,8 +785,8 @@ def predict(
     where = _template(targets, data, tuple(getattr(model, "covariates", None) or ()),
                       getattr(model, "coords", None))  # fmt: skip
     template = where.points
-    no_chunks = chunks is None or (isinstance(chunks, Mapping) and not chunks)
-    chunks = _check_chunks(where.chunks if no_chunks else chunks, template)
+    # the user's chunks, else those of a dask-backed template
+    chunks = _check_chunks(chunks, template) or _check_chunks(where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,
                     _check_sources(model, context_sources))  # fmt: skip
