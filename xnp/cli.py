@@ -438,14 +438,23 @@ def write_dataset(
         with atomic_directory(target, marker=_ZARR_MARKERS) as tmp, _progress(progress):
             ds.to_zarr(tmp, mode="w", consolidated=False)
         return target
+    with _atomic_file(target) as tmp, _progress(progress):
+        ds.to_netcdf(tmp)
+    return target
+
+
+@contextlib.contextmanager
+def _atomic_file(target: Path) -> Iterator[Path]:
+    """A temporary path beside ``target``, renamed to it when the block ends without error.
+
+    An interrupted write never leaves a truncated file under the requested name.
+    """
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with _progress(progress):
-            ds.to_netcdf(tmp)
+        yield tmp
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return target
 
 
 def _save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
@@ -455,12 +464,8 @@ def _save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
     complete, so an interrupted run never leaves a truncated image.
     """
     target = Path(path).expanduser()
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
+    with _atomic_file(target) as tmp:
         fig.savefig(tmp, format="png", **kwargs)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 
@@ -1028,7 +1033,7 @@ def _source_option(p: argparse.ArgumentParser, what: str) -> None:
 
 def _add_fit(subs: Any) -> None:
     from xnp.api import DEFAULT_MAX_POINTS
-    from xnp.models.registry import available_models
+    from xnp.models.registry import available_models, name_key
 
     p = subs.add_parser(
         "fit", help="train a neural process on a dataset and save it",
@@ -1052,7 +1057,7 @@ def _add_fit(subs: Any) -> None:
     p.add_argument(
         "--model",
         default="bsa-tnp",
-        type=lambda name: name.strip().lower().replace("_", "-"),  # as the registry reads it
+        type=name_key,  # case and _ vs - do not count, as in the registry
         choices=available_models(),
         metavar="NAME",
         help=f"architecture: {', '.join(available_models())} (default: %(default)s)",

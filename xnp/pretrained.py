@@ -21,6 +21,7 @@ from pathlib import Path
 
 from xnp.errors import ConfigError
 from xnp.estimator import NeuralProcess, load
+from xnp.models.registry import name_key
 
 __all__ = ["available_pretrained", "pretrained", "resolve_model"]
 
@@ -71,8 +72,8 @@ def _lookup(name: object, names: tuple[str, ...]) -> str | None:
     """The shipped model ``name`` means (case, spaces and ``_``/``-`` do not matter)."""
     if not isinstance(name, str):
         return None
-    key = name.strip().lower().replace("_", "-")
-    return next((n for n in names if n.lower().replace("_", "-") == key), None)
+    key = name_key(name)
+    return next((n for n in names if name_key(n) == key), None)
 
 
 def resolve_model(spec: str | os.PathLike) -> NeuralProcess:

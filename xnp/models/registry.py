@@ -45,7 +45,7 @@ _KINDS: dict[str, tuple[type, type[nnx.Module]]] = {
 }
 
 
-def _normalise_name(name: str) -> str:
+def name_key(name: str) -> str:
     """The registry key of a model name: case, surrounding spaces and ``_``/``-`` do not count."""
     return name.strip().lower().replace("_", "-")
 
@@ -77,7 +77,7 @@ def register_model(name: str, preset: Callable[[], ModelConfig]) -> None:
         raise ConfigError(
             f"preset must be a function returning a model configuration; got {preset!r}."
         )
-    _PRESETS[_normalise_name(name)] = preset
+    _PRESETS[name_key(name)] = preset
 
 
 def _kind_of(config: Any) -> str:
@@ -121,7 +121,7 @@ def model_config(
     xnp.errors.ConfigError: Unknown model 'gp-net'; available models: bsa-tnp, ...
     """
     if isinstance(model, str):
-        key = _normalise_name(model)
+        key = name_key(model)
         if key not in _PRESETS:
             raise ConfigError(f"Unknown model {model!r}; available models: {', '.join(_PRESETS)}.")
         config = _PRESETS[key]()
