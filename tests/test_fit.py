@@ -137,6 +137,10 @@ def test_dataarray_fits_its_own_name():
     )  # fmt: skip
     assert model.variables == ("field",)
     assert model.history_.val_nll.isnull().all()
+    # the first step compiles and is not timed: its row has no speed, the next one has
+    speed = model.history_.steps_per_second.values
+    assert np.isnan(speed[0])
+    assert speed[1] > 0
     with pytest.raises(ConfigError, match="no name"):
         xr.DataArray(np.zeros((2, 2))).np.fit()
 

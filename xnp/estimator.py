@@ -110,7 +110,10 @@ def history_dataset(
         "val_nll": "validation Gaussian NLL per target point (normalised units)",
         "val_coverage": "fraction of validation targets inside the central 95% interval",
         "learning_rate": "learning rate",
-        "steps_per_second": "training steps per second over the logging interval",
+        "steps_per_second": (
+            "training steps per second over the logging interval, the first step of a "
+            "run (which compiles) excluded"
+        ),
     }
     for name in _NAN_FIELDS:
         values = np.asarray(history.get(name, []), np.float64).reshape(-1)

@@ -532,6 +532,14 @@ def train(
             losses.append(loss)
             done = k + 1
             bar.update(1)
+            if k == start:
+                # the first step compiles (unless this process compiled it before): keep
+                # it out of steps_per_second, which would otherwise understate the speed
+                # of the first logging interval many times over
+                jax.block_until_ready(loss)
+                now = time.perf_counter()
+                log.info("first step (including compilation) took %.1f s", now - tick)
+                tick, tick_step = now, done
             if done % config.log_every and done != steps:
                 continue
             train_nll = float(jnp.mean(jnp.stack(losses)))
@@ -539,7 +547,8 @@ def train(
                 raise _diverged(done, train_nll, learning_rate, state.step)
             losses.clear()
             now = time.perf_counter()
-            speed = (done - tick_step) / max(now - tick, 1e-9)
+            # NaN when the interval held only the first step, which is not timed
+            speed = (done - tick_step) / (now - tick) if done > tick_step else math.nan
             tick, tick_step = now, done
             row = {
                 "step": done,
