@@ -65,13 +65,13 @@ CV 1.768), but on the stationary fields of ``evaluate_zero_shot.py`` it costs RM
 cells at the edge of a network weigh heavily, which helps where the targets lie beyond
 the network (the sea around the UK) and hurts where they lie inside it.  Not kept.
 
-Rescaling distances at prediction time (``spatial_scale`` × s, so that the model sees
-the field's features as s times shorter or longer; no retraining), ERA5 RMSE / NLL and
+Rescaling distances at prediction time (``spatial_scale`` × s, so the bias sees every
+distance 1/s times as long; no retraining), ERA5 RMSE / NLL and
 RMSE by distance to the nearest station (0–30 / 30–60 / 60–120 / ≥120 km):
 s = 1 (shipped) 0.879 K / 1.148, 0.56 / 0.81 / 1.12 / 1.51; s = 0.5: 0.886 / 1.056,
 0.45 / 0.77 / 1.21 / 1.62; s = 0.25: 0.890 / 1.026, 0.44 / 0.77 / 1.21 / 1.63; s = 2:
 1.014 / 1.352; s = 4: 1.216 / 1.566 (kriging: 0.740 / 1.039, 0.51 / 0.74 / 0.89 /
-1.16).  Shorter distances make the model beat kriging within 30 km of a station and
+1.16).  Longer distances (s < 1) make the model beat kriging within 30 km of a station and
 lower the NLL, but the far field, where kriging's lead is, gets worse: the gap is the
 far-field mean, not the length scale the model infers.  Not kept.
 """
