@@ -244,13 +244,7 @@ class TrainConfig:
             finite=False,
         )
         for name in ("context_size", "target_size", "devices"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
-            ):
-                raise ConfigError(f"{name} must be a positive integer or None; got {value!r}.")
-            if value is not None:
-                object.__setattr__(self, name, int(value))
+            check_int(self, name, optional=True)
         check_int(self, "keep_checkpoints")
         check_int(self, "prefetch", minimum=0)
 

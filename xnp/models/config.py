@@ -61,12 +61,17 @@ def _is_real(value: Any) -> bool:
     )
 
 
-def check_int(obj: Any, name: str, minimum: int = 1) -> None:
-    """Check that ``obj.name`` is an integer ≥ ``minimum`` (not a bool) and store it as ``int``."""
+def check_int(obj: Any, name: str, minimum: int = 1, *, optional: bool = False) -> None:
+    """Check that ``obj.name`` is an integer ≥ ``minimum`` (not a bool) and store it as ``int``.
+
+    With ``optional``, None is accepted (and kept) as well.
+    """
     value = getattr(obj, name)
+    if optional and value is None:
+        return
     if not _is_int(value) or value < minimum:
         kind = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-        raise ConfigError(f"{name} must be {kind}; got {value!r}.")
+        raise ConfigError(f"{name} must be {kind}{' or None' if optional else ''}; got {value!r}.")
     _set(obj, name, int(value))
 
 
