@@ -181,6 +181,25 @@ def test_plot_history_delegates_to_the_model(tmp_path):
     assert [line.get_label() for line in fig.axes[0].lines] == ["val_rmse"]
 
 
+def test_history_of_several_variables_keeps_each_ones_units(tmp_path):
+    history = history_dataset(
+        {"step": [10, 20], "train_nll": [1.0, 0.5], "val_nll": [1.1, 0.7],
+         "val_coverage": [0.9, 0.95], "learning_rate": [1e-3, 1e-3],
+         "steps_per_second": [5.0, 5.0], "val_rmse": [[2.0, 0.5], [1.5, 0.4]]},
+        ["t2m", "u10"], ["K", None],
+    )  # fmt: skip
+    assert history.val_rmse.dims == ("step", "variable")
+    assert history.val_rmse.sel(variable="t2m")["units"].item() == "K"
+    assert history.val_rmse.sel(variable="u10")["units"].item() == ""
+    normaliser = Normaliser({"t2m": Stats(280.0, 5.0, "K"), "u10": Stats(0.0, 3.0)})
+    config = BSATNPConfig.tiny(dim_y=2)
+    trained = NeuralProcess(config, params_template(config), normaliser=normaliser,
+                            variables=["t2m", "u10"], history=history)  # fmt: skip
+    fig = render(plot_history(trained, metrics=["val_rmse"]), tmp_path / "rmse.png")
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert labels == ["val_rmse t2m (K)", "val_rmse u10"]
+
+
 def test_plot_calibration_is_the_one_in_evaluate(gridded, monkeypatch, tmp_path):
     evaluate = pytest.importorskip("xnp.evaluate")
     calls = []

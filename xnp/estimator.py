@@ -101,7 +101,7 @@ def history_dataset(
     """The training history as an ``xr.Dataset`` indexed by ``step``.
 
     ``val_rmse`` is in the data's units; with several variables it gains a
-    ``variable`` dimension.
+    ``variable`` dimension and a ``units`` coordinate along it.
     """
     steps = np.asarray(history.get("step", []), np.int64)
     data: dict[str, Any] = {}
@@ -129,6 +129,9 @@ def history_dataset(
     coords: dict[str, Any] = {"step": steps}
     if len(variables) > 1:
         coords["variable"] = list(variables)
+        # one ``units`` attribute cannot hold several units: each variable's units
+        # ("" when unknown) are a coordinate along ``variable`` instead
+        coords["units"] = ("variable", [u or "" for u in units])
     return xr.Dataset(data, coords=coords)[[n for n in HISTORY_FIELDS if n != "step"]]
 
 
@@ -409,7 +412,9 @@ class NeuralProcess:
                 for v in series["variable"].values:
                     s = series.sel(variable=v)
                     ok = np.isfinite(s.values)
-                    ax.plot(s["step"].values[ok], s.values[ok], ".-", label=f"{name} {v}")
+                    unit = str(s["units"].values) if "units" in s.coords else ""
+                    label = f"{name} {v}" + (f" ({unit})" if unit else "")
+                    ax.plot(s["step"].values[ok], s.values[ok], ".-", label=label)
                 continue
             ok = np.isfinite(series.values)
             ax.plot(series["step"].values[ok], series.values[ok], ".-", label=name)
