@@ -18,6 +18,7 @@ It prints a table; the analysis beside the training-throughput section of
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable
 
@@ -42,10 +43,17 @@ def gp_batch() -> Batch:
 
 
 def _freeze_bias(params: nnx.State) -> nnx.State:
-    """``params`` with the attention-bias weights behind ``stop_gradient``."""
+    """``params`` with the attention-bias weights behind ``stop_gradient``.
+
+    Those are the RBF weights ``a`` and ``b`` of each block's ``bias.space`` (and
+    ``bias.time``); the ``bias`` vectors of the linear and norm layers keep their
+    gradients.
+    """
 
     def freeze(path, x):
-        return jax.lax.stop_gradient(x) if any("bias" in str(k) for k in path) else x
+        keys = [str(getattr(k, "key", k)) for k in path]
+        rbf = any(a == "bias" and b in ("space", "time") for a, b in itertools.pairwise(keys))
+        return jax.lax.stop_gradient(x) if rbf else x
 
     return jax.tree_util.tree_map_with_path(freeze, params)
 
