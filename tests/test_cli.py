@@ -323,6 +323,14 @@ def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monk
     with xr.open_dataset(printed_paths(out)["prediction"].strip()) as pred:
         assert pred["field_mean"].dims == ("lat", "lon")
         assert np.isfinite(pred["field_mean"].values).all()
+    # with the context's linear trend
+    status, out, err = run(capsys, "predict", "gp-sphere", files / "data.nc", files / "grid.nc",
+                           "--time", "2000-01-01T06", "--trend", "linear", "--out",
+                           tmp_path / "t.nc", "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "t.nc") as pred:
+        assert pred.attrs["xnp_trend"].startswith("linear")
+        assert np.isfinite(pred["field_mean"].values).all()
     # a path that exists wins over a pretrained model of the same name
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gp-sphere").mkdir()

@@ -38,6 +38,7 @@ class _NPAccessor:
         memory_budget: str | int = "1GiB",
         progress: bool = False,
         context_sources: dict[str, Any] | None = None,
+        trend: str | None = None,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
@@ -48,7 +49,7 @@ class _NPAccessor:
         return prediction.predict(
             model, self._obj, targets, time=time, lead_time=lead_time,
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
-            progress=progress, context_sources=context_sources,
+            progress=progress, context_sources=context_sources, trend=trend,
         )  # fmt: skip
 
     def evaluate(

@@ -704,7 +704,7 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     start = time.perf_counter()
     pred = predict(
         model, context, targets, time=when, context_radius=args.context_radius,
-        chunks=chunks, memory_budget=args.memory_budget,
+        chunks=chunks, memory_budget=args.memory_budget, trend=args.trend,
         context_sources=_open_sources(args, files), **kwargs,
     )  # fmt: skip
     first = pred[f"{variables[0]}_mean"]
@@ -1209,6 +1209,13 @@ def _add_predict(subs: Any) -> None:
         type=_checked("distance"),
         help="condition each block only on observations within this great-circle "
         "distance, e.g. 500km (default: all observations)",
+    )
+    p.add_argument(
+        "--trend",
+        choices=["linear"],
+        help="zero-shot models only: remove the context's least-squares plane before "
+        "the model and add it back, with its uncertainty (for fields with a "
+        "large-scale gradient; default: none)",
     )
     p.add_argument(
         "--chunks",

@@ -50,6 +50,7 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
+from xnp.data.trend import LinearTrend
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -227,6 +228,7 @@ class _Context:
     predictor: Predictor
     points: Points
     attrs: dict[str, dict]
+    trend: LinearTrend | None = None
     _state: Any = None
 
     def state(self) -> Any:
@@ -256,6 +258,7 @@ class _Payload:
     radius_km: float | None
     model: Any
     t_target: float | None = None
+    trend: LinearTrend | None = None
 
     def block(self, *covariates: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         """Predict one block of the targets → ``block shape + (2·Dy,)``.
@@ -282,6 +285,9 @@ class _Payload:
                     self.context, tgt, context_radius_km=self.radius_km
                 )
             mean, std = self.model.denormalise(mean, std)
+            if self.trend is not None:
+                mean, std = self.trend.add_to(targets.s, mean[0], std[0])
+                mean, std = mean[None], std[None]
             out[targets.index] = np.concatenate([mean[0], std[0]], axis=-1)
         return out.reshape(*shape, out.shape[-1])  # (not -1: a block may be empty)
 
@@ -347,6 +353,8 @@ class _Options:
     progress: bool
     #: further context of a multi-source model: (source id, Dataset) pairs
     sources: tuple[tuple[int, xr.Dataset], ...] = ()
+    #: "linear": a zero-shot model interpolates the residuals of the context's plane
+    trend: str | None = None
 
 
 def _resolve_model(model: Any) -> Any:
@@ -509,11 +517,19 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
             f"(observations: {counts}); each context point carries every variable, so "
             "this model needs places where all are observed at the same time."
         ) from err
+    trend = None
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
+        raw = ps.f
+        if opts.trend is not None:  # the model sees the residuals of the context's plane
+            trend = LinearTrend.fit(ps.s, ps.f, spherical=not is_planar(model.config))
+            ps = dataclasses.replace(ps, f=ps.f - trend.at(ps.s)[0])
         stats = {}
         for j, v in enumerate(variables):
-            f = ps.f[:, j][np.isfinite(ps.f[:, j])]
+            ok = np.isfinite(ps.f[:, j])
+            f = ps.f[:, j][ok]
             std = float(f.std()) if f.size > 1 else 0.0
+            if trend is not None and float(raw[ok, j].std()) > 0:
+                std = max(std, 1e-6 * float(raw[ok, j].std()))  # an exactly planar field
             if not std > 0:
                 t = find_coords(data, v, **_names(model, data)).time
                 when = "" if t is None else f" at {data[t].values}"
@@ -545,7 +561,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
             stacklevel=4,
         )
         points = points.replace(mask=points.mask & ~outside[None])
-    return _Context(model, predictor, points, attrs)
+    return _Context(model, predictor, points, attrs, trend)
 
 
 def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float | None = None
@@ -583,7 +599,8 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
         state = None if opts.radius_km is not None else ctx.state()
         attrs = {c: dict(template[c].attrs) for c in data_covariates}
         payload = _Payload(ctx.predictor, state, light, names, tgt_ps.dims, data_covariates,
-                           attrs, ctx.points, opts.radius_km, model, t_target)  # fmt: skip
+                           attrs, ctx.points, opts.radius_km, model, t_target,
+                           ctx.trend)  # fmt: skip
         lazy = [_as_dask(template[c], tgt_ps.dims, tgt_ps.shape) for c in data_covariates]
         return _lazy(payload, lazy, tgt_ps, opts.chunks, ctx.attrs)
     if not len(tgt_ps):  # every target lacks a covariate: NaN, as in the lazy path
@@ -596,7 +613,10 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     else:
         mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
-    return predictions_to_xarray(tgt_ps, mean[0].astype(np.float32), std[0].astype(np.float32),
+    mean, std = mean[0], std[0]
+    if ctx.trend is not None:
+        mean, std = ctx.trend.add_to(tgt_ps.s, mean, std)
+    return predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
                                  list(model.variables), attrs=ctx.attrs)  # fmt: skip
 
 
@@ -688,7 +708,17 @@ def _check_within_radius(model: Any, context: Points, targets: PointSet, radius_
 
 
 def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:
-    return _run(_context(model, data, opts), template, opts)
+    out = _run(_context(model, data, opts), template, opts)
+    if opts.trend is not None:
+        out.attrs["xnp_trend"] = _TREND_NOTE
+    return out
+
+
+#: Provenance of a prediction made with ``trend="linear"``.
+_TREND_NOTE = (
+    "linear: a least-squares plane of the context (tangent plane at its centre) was "
+    "removed before the model and added back, its estimation variance to the std"
+)
 
 
 def _names(model: Any, data: xr.Dataset) -> dict[str, Any]:
@@ -718,6 +748,7 @@ def predict(
     memory_budget: str | int = "1GiB",
     progress: bool = False,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
+    trend: str | None = None,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -759,6 +790,14 @@ def predict(
         Multi-source models: further observations under the names the model was
         fitted with (see :func:`xnp.api.fit`); their frames at the context's
         times join the context.  Sources left out simply add nothing.
+    trend : {None, "linear"}
+        Zero-shot models only.  ``"linear"``: fit a plane to each context set
+        by least squares (on the sphere, in the tangent plane at the context's
+        centre), let the model interpolate the residuals and add the plane back,
+        with the variance of its estimate added to the predictive variance.  For
+        fields with a large-scale gradient (temperature across a continent); on
+        stationary fields with short correlation lengths it costs accuracy (see
+        the benchmarks).
 
     Returns
     -------
@@ -770,6 +809,14 @@ def predict(
         ``valid_time = init_time + lead_time`` coordinate.
     """
     model = _resolve_model(model)
+    if trend not in (None, "linear"):
+        raise ConfigError(f"trend must be None or 'linear'; got {trend!r}.")
+    if trend is not None and getattr(model, "normalise", "fitted") != "context":
+        raise ConfigError(
+            "trend= is for zero-shot models, which standardise each context set by its own "
+            "statistics; a fitted model learned the large-scale structure of its training "
+            "data. Predict without trend=."
+        )
     if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
         data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
     data = _as_dataset(data, "data")
@@ -789,7 +836,7 @@ def predict(
     chunks = _check_chunks(chunks, template) or _check_chunks(where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     opts = _Options(radius_km, chunks, memory_budget, progress,
-                    _check_sources(model, context_sources))  # fmt: skip
+                    _check_sources(model, context_sources), trend)  # fmt: skip
     layout = find_coords(data, model.variables[0], **_names(model, data))
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task

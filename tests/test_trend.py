@@ -1,0 +1,147 @@
+"""The context's linear trend for zero-shot prediction (``trend="linear"``)."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import xnp
+from xnp.data.trend import LinearTrend, _unit_vectors
+from xnp.errors import ConfigError, EmptyDataError
+
+
+def _tangent_plane(s: np.ndarray, centre: np.ndarray, slopes=(3.0, -2.0), offset=5.0):
+    """A field exactly linear in the tangent-plane coordinates at ``centre``."""
+    c = centre / np.linalg.norm(centre)
+    u = np.cross(c, [0.0, 0.0, 1.0])
+    u /= np.linalg.norm(u)
+    w = np.cross(c, u)
+    p = _unit_vectors(s) - c
+    return offset + slopes[0] * (p @ u) + slopes[1] * (p @ w)
+
+
+def test_a_plane_on_the_sphere_is_recovered_exactly_with_no_variance():
+    rng = np.random.default_rng(0)
+    s = np.stack([rng.uniform(30, 60, 50), rng.uniform(170, 200, 50)], -1)  # across 180°
+    s[:, 1] = (s[:, 1] + 180) % 360 - 180
+    trend = LinearTrend.fit(s, _tangent_plane(s, _unit_vectors(s).mean(0))[:, None],
+                            spherical=True)  # fmt: skip
+    new = np.array([[45.0, 179.5], [40.0, -175.0], [58.0, 175.0]])
+    mean, var = trend.at(new)
+    np.testing.assert_allclose(mean[:, 0], _tangent_plane(new, _unit_vectors(s).mean(0)),
+                               atol=1e-9)  # fmt: skip
+    assert np.all(var < 1e-18)
+
+
+def test_the_variance_of_the_estimate_is_that_of_least_squares():
+    rng = np.random.default_rng(1)
+    s = np.stack([rng.uniform(0, 10, 40), rng.uniform(0, 10, 40)], -1)
+    f = 1.0 + 0.5 * s[:, 0] - 0.2 * s[:, 1] + rng.normal(0, 0.3, 40)
+    trend = LinearTrend.fit(s, f[:, None], spherical=False)
+    a = np.column_stack([np.ones(40), s])
+    coef, *_ = np.linalg.lstsq(a, f, rcond=None)
+    sigma2 = np.sum((f - a @ coef) ** 2) / (40 - 3)
+    x = np.array([[1.0, 20.0, -5.0]])  # far outside: the variance grows
+    mean, var = trend.at(x[:, 1:])
+    np.testing.assert_allclose(mean[0, 0], x[0] @ coef, rtol=1e-10)
+    np.testing.assert_allclose(var[0, 0], sigma2 * x[0] @ np.linalg.inv(a.T @ a) @ x[0],
+                               rtol=1e-8)  # fmt: skip
+    inside = trend.at(np.array([[5.0, 5.0]]))[1]
+    assert var[0, 0] > 10 * inside[0, 0]
+    # add_to: the trend onto the mean, its variance onto the predictive variance
+    m, sd = trend.add_to(x[:, 1:], np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32))
+    assert m.dtype == sd.dtype == np.float32
+    np.testing.assert_allclose(sd[0, 0], np.sqrt(1.0 + var[0, 0]), rtol=1e-6)
+
+
+def test_points_around_the_globe_use_the_three_unit_vector_components():
+    rng = np.random.default_rng(2)
+    s = np.stack([np.rad2deg(np.arcsin(rng.uniform(-1, 1, 200))), rng.uniform(-180, 180, 200)],
+                 -1)  # fmt: skip
+    f = 2.0 + _unit_vectors(s) @ np.array([1.0, -3.0, 0.5])
+    trend = LinearTrend.fit(s, f[:, None], spherical=True)
+    assert trend.coef.shape == (4, 1)
+    np.testing.assert_allclose(trend.at(s)[0][:, 0], f, atol=1e-9)
+
+
+def test_too_few_or_collinear_observations_are_a_clear_error():
+    with pytest.raises(EmptyDataError, match="at least 4 observations"):
+        LinearTrend.fit(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]), np.ones((3, 1)),
+                        spherical=False)  # fmt: skip
+    line = np.stack([np.arange(6.0), 2 * np.arange(6.0)], -1)
+    with pytest.raises(EmptyDataError, match="on one line"):
+        LinearTrend.fit(line, np.arange(6.0)[:, None], spherical=False)
+    # a variable's own missing values count
+    s = np.random.default_rng(3).uniform(0, 1, (6, 2))
+    f = np.column_stack([np.arange(6.0), [1.0, np.nan, np.nan, np.nan, 2.0, 3.0]])
+    with pytest.raises(EmptyDataError, match="variable 1"):
+        LinearTrend.fit(s, f, spherical=False)
+
+
+# ------------------------------------------------------------------- with the shipped model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return xnp.pretrained("gp-sphere")
+
+
+def gradient_field() -> xr.Dataset:
+    """A smooth GP field (std ≈ 4 K) plus a north-south gradient of 2 K per degree."""
+    ds = xnp.datasets.gp_sphere(n_lat=14, n_lon=14, lat_range=(35.0, 55.0),
+                                lon_range=(-10.0, 10.0), lengthscale_km=1500.0, n_time=2,
+                                noise=0.05, seed=4)  # fmt: skip
+    return ds.assign(field=(ds.field + 2.0 * (ds.lat - 45.0)).assign_attrs(ds.field.attrs))
+
+
+def test_a_gradient_is_extrapolated_with_the_trend_and_not_without(model):
+    ds = gradient_field()
+    south = (ds.lat < 47).broadcast_like(ds.field)
+    rng = np.random.default_rng(0)
+    context = ds[["field"]].where(south & (rng.random(ds.field.shape) < 0.5))
+    grid = ds.drop_vars("field").drop_dims("time")
+    before = context.copy(deep=True)
+    plain = context.np.predict(model, grid)
+    pred = context.np.predict(model, grid, trend="linear")
+    north = ds.lat > 50
+
+    def rmse(p):
+        return float(np.sqrt(((p.field_mean - ds.field).where(north) ** 2).mean()))
+
+    assert rmse(pred) < 0.5 * rmse(plain)
+    assert pred.field_mean.dims == ("time", "lat", "lon")
+    assert "linear" in pred.attrs["xnp_trend"]
+    assert "xnp_trend" not in plain.attrs
+    assert pred.field_mean.attrs["units"] == plain.field_mean.attrs["units"] == "K"
+    assert np.isfinite(pred.field_std).all()
+    assert (pred.field_std > 0).all()
+    xr.testing.assert_identical(context, before)  # the context is never modified
+    # lazy (dask chunks) and regional prediction give the same numbers as eager
+    lazy = context.np.predict(model, grid, trend="linear", chunks={"lat": 5})
+    assert lazy.field_mean.chunks is not None
+    xr.testing.assert_allclose(lazy.compute(), pred)
+    regional = context.np.predict(model, grid, trend="linear", context_radius="20000km")
+    xr.testing.assert_allclose(regional, pred, atol=1e-4)
+
+
+def test_an_exactly_planar_field_is_predicted_as_the_plane(model):
+    lat, lon = np.linspace(40, 50, 8), np.linspace(0, 10, 8)
+    s = np.stack(np.meshgrid(lat, lon, indexing="ij"), -1).reshape(-1, 2)
+    centre = _unit_vectors(s).mean(0)
+    values = _tangent_plane(s, centre).reshape(8, 8)
+    ds = xr.Dataset({"v": (("lat", "lon"), values)}, coords={"lat": lat, "lon": lon})
+    pred = ds.np.predict(model, {"lat": [45.5], "lon": [5.5]}, trend="linear")
+    expected = _tangent_plane(np.array([[45.5, 5.5]]), centre)[0]
+    np.testing.assert_allclose(float(pred.v_mean.squeeze()), expected, atol=1e-4)
+
+
+def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
+    ds = gradient_field().isel(time=0)
+    with pytest.raises(ConfigError, match="None or 'linear'"):
+        ds.np.predict(model, trend="quadratic")
+    fitted = model.with_normaliser(model.normaliser, ["field"])  # a copy
+    fitted.normalise = "fitted"
+    with pytest.raises(ConfigError, match="zero-shot models"):
+        ds.np.predict(fitted, trend="linear")
+    few = ds[["field"]].where(ds.lon < -9)  # one meridian of points: a line on the sphere
+    with pytest.raises(EmptyDataError, match="trend='linear'"):
+        few.np.predict(model, ds.drop_vars("field"), trend="linear")

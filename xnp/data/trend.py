@@ -1,0 +1,151 @@
+"""A linear trend of the context, removed before a zero-shot model sees the values.
+
+A zero-shot model is pretrained on stationary fields, each standardised by its
+context's mean, so far from the observations it predicts that mean.  Real fields
+often have a large-scale gradient (temperature falling northwards or inland) that
+this ignores.  :class:`LinearTrend` fits a plane to the context by least squares,
+the model interpolates the residuals, and the plane is added back at the targets,
+with the variance of its estimate added to the predictive variance (as regression
+kriging does).
+
+On the sphere the plane lives in the tangent plane at the context's centre: the
+coordinates are the components of each point's unit vector along two orthonormal
+directions perpendicular to the centre.  That is exact for any region and any
+longitude convention, and has no singularity at the poles or the date line.  When
+the points surround the globe (their mean unit vector is short), the three
+components of the unit vector itself are used instead: the degree-one spherical
+harmonics.  On planar coordinates the trend is linear in the coordinates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from xnp.errors import EmptyDataError
+
+__all__ = ["LinearTrend"]
+
+#: Below this length of the mean unit vector the points surround the globe, and the
+#: trend uses all three unit-vector components (degree-one spherical harmonics).
+_GLOBAL = 0.5
+
+
+def _unit_vectors(s: np.ndarray) -> np.ndarray:
+    lat, lon = np.deg2rad(s[:, 0]), np.deg2rad(s[:, 1])
+    return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinearTrend:
+    """A least-squares plane per variable, fitted to context points.
+
+    Use :meth:`fit`; :meth:`at` evaluates it and the variance of its estimate.
+
+    Attributes
+    ----------
+    spherical : bool
+        Whether the coordinates are (latitude, longitude) in degrees.
+    basis : ndarray, shape ``[3, k]``
+        Maps unit vectors (sphere) or centred coordinates (plane) to the ``k``
+        trend coordinates.
+    origin : ndarray
+        Subtracted from the points (unit vector of the centre, or the centroid).
+    coef : ndarray, shape ``[1 + k, Dy]``
+        Intercept and slopes of each variable.
+    cov : ndarray, shape ``[Dy, 1 + k, 1 + k]``
+        Covariance of each variable's coefficients (``σ² (AᵀA)⁻¹``, with ``σ²``
+        the residual variance).
+
+    Examples
+    --------
+    >>> s = np.array([[50.0, 0.0], [50.0, 2.0], [52.0, 0.0], [52.0, 2.0], [51.0, 1.0]])
+    >>> f = (s[:, :1] - 50.0) * 2.0  # 2 units per degree northwards
+    >>> trend = LinearTrend.fit(s, f, spherical=True)
+    >>> mean, var = trend.at(np.array([[51.0, 1.5]]))
+    >>> round(float(mean[0, 0]), 3), bool(var[0, 0] < 1e-6)
+    (2.0, True)
+    """
+
+    spherical: bool
+    basis: np.ndarray
+    origin: np.ndarray
+    coef: np.ndarray
+    cov: np.ndarray
+
+    @classmethod
+    def fit(cls, s: np.ndarray, f: np.ndarray, *, spherical: bool) -> LinearTrend:
+        """Fit each column of ``f`` ``[N, Dy]`` (NaN: not observed) at points ``s`` ``[N, 2]``.
+
+        Raises
+        ------
+        EmptyDataError
+            When a variable has too few observations, or all of them on one line
+            (a plane is then undetermined).
+        """
+        s = np.asarray(s, np.float64)
+        f = np.asarray(f, np.float64).reshape(len(s), -1)
+        if spherical:
+            p = _unit_vectors(s)
+            centre = p.mean(axis=0)
+            length = float(np.linalg.norm(centre))
+            if length < _GLOBAL:  # around the globe: the unit vector's components
+                origin, basis = np.zeros(3), np.eye(3)
+            else:
+                origin = centre / length
+                # two directions perpendicular to the centre: the right singular vectors
+                # of [origin] beyond the first span its orthogonal complement
+                basis = np.linalg.svd(origin[None, :])[2][1:].T
+        else:
+            origin = s.mean(axis=0) if len(s) else np.zeros(2)
+            basis = np.eye(2)
+        design = cls._design_from(s, spherical, basis, origin)
+        n_coef = design.shape[1]
+        coef = np.zeros((n_coef, f.shape[1]))
+        cov = np.zeros((f.shape[1], n_coef, n_coef))
+        for j in range(f.shape[1]):
+            ok = np.isfinite(f[:, j])
+            a, y = design[ok], f[ok, j]
+            if (
+                ok.sum() <= n_coef
+                or np.linalg.matrix_rank(a, tol=1e-9 * max(1.0, np.abs(a).max())) < n_coef
+            ):
+                raise EmptyDataError(
+                    f"trend='linear' needs at least {n_coef + 1} observations of variable {j} "
+                    f"that do not all lie on one line (a plane through them is undetermined); "
+                    f"got {int(ok.sum())}. Predict without trend=, or give more observations."
+                )
+            coef[:, j], *_ = np.linalg.lstsq(a, y, rcond=None)
+            resid = y - a @ coef[:, j]
+            sigma2 = float(resid @ resid) / (len(y) - n_coef)
+            cov[j] = sigma2 * np.linalg.inv(a.T @ a)
+        return cls(spherical, basis, origin, coef, cov)
+
+    @staticmethod
+    def _design_from(
+        s: np.ndarray, spherical: bool, basis: np.ndarray, origin: np.ndarray
+    ) -> np.ndarray:
+        x = (_unit_vectors(s) if spherical else s) - origin
+        return np.concatenate([np.ones((len(s), 1)), x @ basis], axis=1)
+
+    def at(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The trend ``[N, Dy]`` at points ``s`` ``[N, 2]`` and the variance of its estimate."""
+        design = self._design_from(np.asarray(s, np.float64), self.spherical, self.basis,
+                                   self.origin)  # fmt: skip
+        mean = design @ self.coef
+        var = np.einsum("np,jpq,nq->nj", design, self.cov, design)
+        return mean, np.maximum(var, 0.0)
+
+    def add_to(
+        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions of the residuals ``[N, Dy]`` at ``s`` → predictions of the field.
+
+        The trend is added to the mean; the variance of its estimate to the
+        predictive variance.  The dtypes of ``mean`` and ``std`` are kept.
+        """
+        trend, var = self.at(s)
+        out_mean = (np.asarray(mean, np.float64) + trend).astype(np.asarray(mean).dtype)
+        out_std = np.sqrt(np.asarray(std, np.float64) ** 2 + var).astype(np.asarray(std).dtype)
+        return out_mean, out_std
