@@ -5,7 +5,7 @@ import pytest
 import xarray as xr
 
 import xnp
-from xnp.data.trend import LinearTrend, _unit_vectors
+from xnp.data.trend import LinearTrend, _unit_vectors, declustering_weights
 from xnp.errors import ConfigError, EmptyDataError
 
 
@@ -32,21 +32,30 @@ def test_a_plane_on_the_sphere_is_recovered_exactly_with_no_variance():
     assert np.all(var < 1e-18)
 
 
-def test_the_variance_of_the_estimate_is_that_of_least_squares():
+def test_the_estimate_and_its_variance_are_those_of_weighted_least_squares():
     rng = np.random.default_rng(1)
-    s = np.stack([rng.uniform(0, 10, 40), rng.uniform(0, 10, 40)], -1)
-    f = 1.0 + 0.5 * s[:, 0] - 0.2 * s[:, 1] + rng.normal(0, 0.3, 40)
+    s = np.concatenate([rng.uniform(0, 10, (30, 2)), rng.uniform(0, 1, (30, 2))])  # a cluster
+    f = 1.0 + 0.5 * s[:, 0] - 0.2 * s[:, 1] + rng.normal(0, 0.3, 60)
     trend = LinearTrend.fit(s, f[:, None], spherical=False)
-    a = np.column_stack([np.ones(40), s])
-    coef, *_ = np.linalg.lstsq(a, f, rcond=None)
-    sigma2 = np.sum((f - a @ coef) ** 2) / (40 - 3)
+    w = declustering_weights(s)
+    assert w[30:].mean() < 0.2 * w[:30].mean()  # the cluster weighs less
+    a = np.column_stack([np.ones(60), s])
+    normal = np.linalg.inv(a.T @ (w[:, None] * a))
+    coef = normal @ a.T @ (w * f)
+    sigma2 = np.sum((f - a @ coef) ** 2) / (60 - 3)
     x = np.array([[1.0, 20.0, -5.0]])  # far outside: the variance grows
     mean, var = trend.at(x[:, 1:])
     np.testing.assert_allclose(mean[0, 0], x[0] @ coef, rtol=1e-10)
-    np.testing.assert_allclose(var[0, 0], sigma2 * x[0] @ np.linalg.inv(a.T @ a) @ x[0],
-                               rtol=1e-8)  # fmt: skip
+    expected = sigma2 * x[0] @ normal @ (a.T @ ((w * w)[:, None] * a)) @ normal @ x[0]
+    np.testing.assert_allclose(var[0, 0], expected, rtol=1e-8)
     inside = trend.at(np.array([[5.0, 5.0]]))[1]
     assert var[0, 0] > 10 * inside[0, 0]
+    # on an even design the weights are equal away from the edges (ordinary least
+    # squares there), and no weight exceeds the cap of 4 × the median
+    grid = np.stack(np.meshgrid(np.arange(10.0), np.arange(10.0)), -1).reshape(-1, 2)
+    wg = declustering_weights(grid).reshape(10, 10)
+    np.testing.assert_allclose(wg[2:-2, 2:-2], wg[5, 5])
+    assert wg.max() <= 4.0 * np.median(wg) + 1e-12
     # add_to: the trend onto the mean, its variance onto the predictive variance
     m, sd = trend.add_to(x[:, 1:], np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32))
     assert m.dtype == sd.dtype == np.float32

@@ -716,8 +716,9 @@ def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options
 
 #: Provenance of a prediction made with ``trend="linear"``.
 _TREND_NOTE = (
-    "linear: a least-squares plane of the context (tangent plane at its centre) was "
-    "removed before the model and added back, its estimation variance to the std"
+    "linear: a least-squares plane of the context (tangent plane at its centre, "
+    "declustering weights) was removed before the model and added back, its "
+    "estimation variance to the std"
 )
 
 
@@ -793,7 +794,9 @@ def predict(
     trend : {None, "linear"}
         Zero-shot models only.  ``"linear"``: fit a plane to each context set
         by least squares (on the sphere, in the tangent plane at the context's
-        centre), let the model interpolate the residuals and add the plane back,
+        centre; dense clusters of stations down-weighted, see
+        :class:`xnp.data.trend.LinearTrend`), let the model interpolate the
+        residuals and add the plane back,
         with the variance of its estimate added to the predictive variance.  For
         fields with a large-scale gradient (temperature across a continent); on
         stationary fields with short correlation lengths it costs accuracy (see

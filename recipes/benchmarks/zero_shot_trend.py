@@ -12,7 +12,7 @@ Ordinary kriging and the exact GP are the baselines.  Needs ``../shared/data``.
 
     python recipes/benchmarks/zero_shot_trend.py [--no-write]
 
-About 4 minutes on a 2-core CPU.  Writes the ``zero_shot_trend`` section of
+About a minute on a 2-core CPU.  Writes the ``zero_shot_trend`` section of
 docs/benchmarks.md.
 """
 
@@ -150,8 +150,8 @@ def main() -> None:
         "## Zero-shot with the context's linear trend (`recipes/benchmarks/zero_shot_trend.py`)"
         f"\n\nMachine: {machine()}; {minutes:.1f} min in all.  The shipped `gp-sphere` model, "
         "no fitting, with and without `trend=\"linear\"` (a least-squares plane of each "
-        "context set, in the tangent plane at its centre, is removed before the model and "
-        "added back, with its estimation variance).\n\n"
+        "context set, in the tangent plane at its centre and with declustering weights, is "
+        "removed before the model and added back, with its estimation variance).\n\n"
         "**ERA5 UK at the HadISD cells** (context: the 218 station cells; targets: the other "
         "1399 cells; 12 test times, mean over the times):\n\n" + table_a + "\n\n"
         "**Texas stations** (186 stations, scores pooled over the held-out stations):\n\n"

@@ -8,6 +8,12 @@ the model interpolates the residuals, and the plane is added back at the targets
 with the variance of its estimate added to the predictive variance (as regression
 kriging does).
 
+Station networks are dense in some places and empty in others, and a plain least-
+squares plane follows the dense clusters.  The fit therefore weights each point by
+the area it stands for (:func:`declustering_weights`: the squared distance to its
+``k``-th nearest neighbour, capped), as declustering does in geostatistics; on an
+even design the weights are all about one and the fit is ordinary least squares.
+
 On the sphere the plane lives in the tangent plane at the context's centre: the
 coordinates are the components of each point's unit vector along two orthonormal
 directions perpendicular to the centre.  That is exact for any region and any
@@ -22,14 +28,43 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import scipy.spatial
 
 from xnp.errors import EmptyDataError
 
-__all__ = ["LinearTrend"]
+__all__ = ["LinearTrend", "declustering_weights"]
 
 #: Below this length of the mean unit vector the points surround the globe, and the
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
 _GLOBAL = 0.5
+#: Neighbours that set a point's declustering weight, and the cap on a weight (as a
+#: multiple of the median), so that a few isolated points do not set the plane alone.
+_NEIGHBOURS, _CAP = 8, 4.0
+
+
+def declustering_weights(x: np.ndarray, k: int = _NEIGHBOURS, cap: float = _CAP) -> np.ndarray:
+    """Weights ``[N]`` (mean 1) proportional to the area each point of ``x`` ``[N, C]`` stands for.
+
+    The area is the squared distance to the ``k``-th nearest other point (fewer when
+    there are fewer points), capped at ``cap`` times its median.
+
+    Examples
+    --------
+    >>> x = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [0.1, 0.1], [5.0, 5.0]])
+    >>> w = declustering_weights(x, k=2)
+    >>> bool(w[-1] > 3 * w[0]), round(float(w.mean()), 6)
+    (True, 1.0)
+    """
+    n = len(x)
+    if n < 2:
+        return np.ones(n)
+    dist, _ = scipy.spatial.cKDTree(x).query(x, k=min(k, n - 1) + 1)
+    area = dist[:, -1] ** 2
+    median = float(np.median(area))
+    if not median > 0:  # more than half the points coincide: no spacing to go by
+        return np.ones(n)
+    area = np.minimum(area, cap * median)
+    return area / area.mean()
 
 
 def _unit_vectors(s: np.ndarray) -> np.ndarray:
@@ -55,8 +90,8 @@ class LinearTrend:
     coef : ndarray, shape ``[1 + k, Dy]``
         Intercept and slopes of each variable.
     cov : ndarray, shape ``[Dy, 1 + k, 1 + k]``
-        Covariance of each variable's coefficients (``σ² (AᵀA)⁻¹``, with ``σ²``
-        the residual variance).
+        Covariance of each variable's coefficients, ``σ² (AᵀWA)⁻¹ AᵀW²A (AᵀWA)⁻¹``
+        for weights ``W`` and the residual variance ``σ²``.
 
     Examples
     --------
@@ -81,6 +116,10 @@ class LinearTrend:
     def fit(cls, s: np.ndarray, f: np.ndarray, *, spherical: bool) -> LinearTrend:
         """Fit each column of ``f`` ``[N, Dy]`` (NaN: not observed) at points ``s`` ``[N, 2]``.
 
+        Weighted least squares with the :func:`declustering_weights` of the points
+        (unit vectors on the sphere), so that a dense cluster does not set the
+        plane alone.
+
         Raises
         ------
         EmptyDataError
@@ -104,6 +143,7 @@ class LinearTrend:
             origin = s.mean(axis=0) if len(s) else np.zeros(2)
             basis = np.eye(2)
         design = cls._design_from(s, spherical, basis, origin)
+        where = _unit_vectors(s) if spherical else s
         n_coef = design.shape[1]
         coef = np.zeros((n_coef, f.shape[1]))
         cov = np.zeros((f.shape[1], n_coef, n_coef))
@@ -119,10 +159,13 @@ class LinearTrend:
                     f"that do not all lie on one line (a plane through them is undetermined); "
                     f"got {int(ok.sum())}. Predict without trend=, or give more observations."
                 )
-            coef[:, j], *_ = np.linalg.lstsq(a, y, rcond=None)
+            w = declustering_weights(where[ok])
+            normal = np.linalg.inv(a.T @ (w[:, None] * a))
+            coef[:, j] = normal @ (a.T @ (w * y))
             resid = y - a @ coef[:, j]
             sigma2 = float(resid @ resid) / (len(y) - n_coef)
-            cov[j] = sigma2 * np.linalg.inv(a.T @ a)
+            # weighted least squares with independent errors of variance σ²
+            cov[j] = sigma2 * normal @ (a.T @ ((w * w)[:, None] * a)) @ normal
         return cls(spherical, basis, origin, coef, cov)
 
     @staticmethod
