@@ -60,6 +60,12 @@ def test_the_estimate_and_its_variance_are_those_of_weighted_least_squares():
     m, sd = trend.add_to(x[:, 1:], np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32))
     assert m.dtype == sd.dtype == np.float32
     np.testing.assert_allclose(sd[0, 0], np.sqrt(1.0 + var[0, 0]), rtol=1e-6)
+    # with the residuals' spread: the share of the prior variance left at the target
+    # (a quarter here), at most all of it
+    std = np.array([[0.5], [3.0]], np.float32)
+    _, sd = trend.add_to(np.repeat(x[:, 1:], 2, axis=0), np.zeros((2, 1)), std, np.array([1.0]))
+    np.testing.assert_allclose(sd[:, 0], np.sqrt(std[:, 0] ** 2 + [0.25 * var[0, 0], var[0, 0]]),
+                               rtol=1e-6)  # fmt: skip
 
 
 def test_points_around_the_globe_use_the_three_unit_vector_components():

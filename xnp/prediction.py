@@ -286,7 +286,7 @@ class _Payload:
                 )
             mean, std = self.model.denormalise(mean, std)
             if self.trend is not None:
-                mean, std = self.trend.add_to(targets.s, mean[0], std[0])
+                mean, std = self.trend.add_to(targets.s, mean[0], std[0], _prior(self.model))
                 mean, std = mean[None], std[None]
             out[targets.index] = np.concatenate([mean[0], std[0]], axis=-1)
         return out.reshape(*shape, out.shape[-1])  # (not -1: a block may be empty)
@@ -615,9 +615,14 @@ def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
     mean, std = mean[0], std[0]
     if ctx.trend is not None:
-        mean, std = ctx.trend.add_to(tgt_ps.s, mean, std)
+        mean, std = ctx.trend.add_to(tgt_ps.s, mean, std, _prior(model))
     return predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
                                  list(model.variables), attrs=ctx.attrs)  # fmt: skip
+
+
+def _prior(model: Any) -> np.ndarray:
+    """The spread ``[Dy]`` by which each variable's context was standardised."""
+    return np.array([model.normaliser.stats[v].std for v in model.variables])
 
 
 def _outside_grid(model: Any, s: np.ndarray) -> np.ndarray | None:
@@ -718,7 +723,7 @@ def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options
 _TREND_NOTE = (
     "linear: a least-squares plane of the context (tangent plane at its centre, "
     "declustering weights) was removed before the model and added back, its "
-    "estimation variance to the std"
+    "estimation variance to the variance (in the share the observations leave)"
 )
 
 
@@ -797,7 +802,8 @@ def predict(
         centre; dense clusters of stations down-weighted, see
         :class:`xnp.data.trend.LinearTrend`), let the model interpolate the
         residuals and add the plane back,
-        with the variance of its estimate added to the predictive variance.  For
+        with the variance of its estimate added to the predictive variance
+        (in the share the observations leave unexplained).  For
         fields with a large-scale gradient (temperature across a continent); on
         stationary fields with short correlation lengths it costs accuracy (see
         the benchmarks).

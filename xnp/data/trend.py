@@ -6,7 +6,8 @@ often have a large-scale gradient (temperature falling northwards or inland) tha
 this ignores.  :class:`LinearTrend` fits a plane to the context by least squares,
 the model interpolates the residuals, and the plane is added back at the targets,
 with the variance of its estimate added to the predictive variance (as regression
-kriging does).
+kriging does), in the share that the observations leave unexplained (see
+:meth:`LinearTrend.add_to`).
 
 Station networks are dense in some places and empty in others, and a plain least-
 squares plane follows the dense clusters.  The fit therefore weights each point by
@@ -184,14 +185,29 @@ class LinearTrend:
         return mean, np.maximum(var, 0.0)
 
     def add_to(
-        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray
+        self,
+        s: np.ndarray,
+        mean: np.ndarray,
+        std: np.ndarray,
+        prior_std: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predictions of the residuals ``[N, Dy]`` at ``s`` → predictions of the field.
 
-        The trend is added to the mean; the variance of its estimate to the
-        predictive variance.  The dtypes of ``mean`` and ``std`` are kept.
+        The trend is added to the mean, and the variance of its estimate to the
+        predictive variance.  With ``prior_std`` (``[Dy]``: the spread of the
+        residuals, by which the model's input was standardised), that variance is
+        scaled by ``min(1, (std / prior_std)²)``, the share of the prior variance
+        the observations leave at the target: the whole of it far from them, little
+        where they pin the field down.  In universal kriging the trend's error
+        enters through the gap between the target's design vector and the
+        kriging-weighted design vectors of the observations, which also vanishes
+        near the data; for one observation with correlation ``ρ`` that factor is
+        ``(1 - ρ)²``, below ``1 - ρ²``, so this one errs on the wide side.  The
+        dtypes of ``mean`` and ``std`` are kept.
         """
         trend, var = self.at(s)
+        if prior_std is not None:
+            var = var * np.minimum(1.0, (np.asarray(std, np.float64) / prior_std) ** 2)
         out_mean = (np.asarray(mean, np.float64) + trend).astype(np.asarray(mean).dtype)
         out_std = np.sqrt(np.asarray(std, np.float64) ** 2 + var).astype(np.asarray(std).dtype)
         return out_mean, out_std
