@@ -6,7 +6,10 @@ The shipped ``gp-sphere`` model, with no fitting, on the three tests of its qual
   station cells are the context, the other 1399 cells the targets, 12 test times;
 * Texas stations (as in ``stations.py``): leave-one-out and 2° block cross-validation;
 * stationary synthetic GP fields (as in ``recipes/pretrain/evaluate_zero_shot.py``),
-  where a plane is not part of the field.
+  where a plane is not part of the field;
+* extrapolation: synthetic fields (with and without a gradient) observed south of
+  45° N only and predicted north of 50° N, 550 to 1100 km beyond the observations,
+  where the calibration of the intervals is what matters.
 
 Ordinary kriging and the exact GP are the baselines.  Needs ``../shared/data``.
 
@@ -136,6 +139,46 @@ def fields(model: xnp.NeuralProcess, n_fields: int) -> str:
     )  # fmt: skip
 
 
+def extrapolation(model: xnp.NeuralProcess, n_fields: int) -> str:
+    lines = []
+    for ell, grad in itertools.product((800.0, 1500.0), (0.0, 0.5)):
+        z: dict[str, list] = {ZERO: [], TREND: []}
+        err: dict[str, list] = {ZERO: [], TREND: []}
+        for seed in range(n_fields):
+            ds = xnp.datasets.gp_sphere(
+                n_lat=14, n_lon=14, lat_range=(35.0, 55.0), lon_range=(-10.0, 10.0),
+                lengthscale_km=ell, n_time=1, noise=0.05, seed=seed,
+            )  # fmt: skip
+            # ``grad`` field standard deviations per 5° of latitude
+            slope = grad * ds.field.std() * (ds.lat - 45.0) / 5.0
+            ds = ds.assign(field=(ds.field + slope).assign_attrs(ds.field.attrs))
+            south = (ds.lat < 45.0).broadcast_like(ds.field)
+            keep = np.random.default_rng(seed).random(ds.field.shape) < 0.5
+            context = ds[["field"]].where(south & keep)
+            grid = ds.drop_vars("field").drop_dims("time")
+            for name, trend in ((ZERO, None), (TREND, "linear")):
+                pred = context.np.predict(model, grid, trend=trend)
+                north = ds.lat > 50.0
+                e = (pred.field_mean - ds.field).where(north).values
+                s = pred.field_std.where(north).values
+                ok = np.isfinite(e)
+                z[name].append(e[ok] / s[ok])
+                err[name].append(e[ok])
+        cells = []
+        for name in (ZERO, TREND):
+            zz, ee = np.concatenate(z[name]), np.concatenate(err[name])
+            cells.append(
+                f"{np.sqrt(np.mean(ee**2)):.2f} / {np.mean(np.abs(zz) < 1.96):.2f} / "
+                f"{np.sqrt(np.mean(zz**2)):.2f}"
+            )
+        lines.append(f"| {ell:.0f} km | {grad} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    return (
+        f"| lengthscale | gradient (std per 5°) | {ZERO} | {TREND} |\n|---|---|---|---|\n"
+        + "\n".join(lines)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fields", type=int, default=6, help="synthetic fields per lengthscale")
@@ -145,6 +188,7 @@ def main() -> None:
     model = xnp.pretrained("gp-sphere")
     start = time.perf_counter()
     table_a, table_b, table_c = era5(model), texas(model), fields(model, args.fields)
+    table_d = extrapolation(model, 4)
     minutes = (time.perf_counter() - start) / 60
     text = (
         "## Zero-shot with the context's linear trend (`recipes/benchmarks/zero_shot_trend.py`)"
@@ -158,7 +202,11 @@ def main() -> None:
         "**Texas stations** (186 stations, scores pooled over the held-out stations):\n\n"
         + table_b + "\n\n"
         f"**Stationary GP fields** (the protocol of `evaluate_zero_shot.py`, {args.fields} "
-        "fields per lengthscale; RMSE / NLL in normalised field units):\n\n" + table_c + "\n"
+        "fields per lengthscale; RMSE / NLL in normalised field units):\n\n" + table_c + "\n\n"
+        "**Extrapolation** (4 fields each, 14 × 14 grid over 35–55° N, 10° W–10° E; "
+        "context: half the cells south of 45° N; scored north of 50° N, 550–1100 km "
+        "beyond the context; RMSE (K) / 95 % coverage / rms of the standardised error, "
+        "1 when calibrated):\n\n" + table_d + "\n"
     )  # fmt: skip
     print(text)
     if not args.no_write:
