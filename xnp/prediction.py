@@ -521,7 +521,8 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         raw = ps.f
         if opts.trend is not None:  # the model sees the residuals of the context's plane
-            trend = LinearTrend.fit(ps.s, ps.f, spherical=not is_planar(model.config))
+            trend = LinearTrend.fit(ps.s, ps.f, spherical=not is_planar(model.config),
+                                    names=variables)  # fmt: skip
             ps = dataclasses.replace(ps, f=ps.f - trend.at(ps.s)[0])
         stats = {}
         for j, v in enumerate(variables):
@@ -798,13 +799,13 @@ def predict(
         times join the context.  Sources left out simply add nothing.
     trend : {None, "linear"}
         Zero-shot models only.  ``"linear"``: fit a plane to each context set
-        by least squares (on the sphere, in the tangent plane at the context's
-        centre; dense clusters of stations down-weighted, see
-        :class:`xnp.data.trend.LinearTrend`), let the model interpolate the
-        residuals and add the plane back,
-        with the variance of its estimate added to the predictive variance
-        (in the share the observations leave unexplained).  For
-        fields with a large-scale gradient (temperature across a continent); on
+        (each time; all of it, also with ``context_radius``) by least squares,
+        on the sphere in the tangent plane at the context's centre, with dense
+        clusters of stations down-weighted (:class:`xnp.data.trend.LinearTrend`);
+        let the model interpolate the residuals and add the plane back, with the
+        variance of its estimate added to the predictive variance in the share
+        the observations leave unexplained.  For fields with a large-scale
+        gradient (temperature across a continent), not for extrapolation; on
         stationary fields with short correlation lengths it costs accuracy (see
         the benchmarks).
 

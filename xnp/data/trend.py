@@ -27,6 +27,7 @@ harmonics.  On planar coordinates the trend is linear in the coordinates.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.spatial
@@ -114,12 +115,19 @@ class LinearTrend:
     cov: np.ndarray
 
     @classmethod
-    def fit(cls, s: np.ndarray, f: np.ndarray, *, spherical: bool) -> LinearTrend:
+    def fit(
+        cls,
+        s: np.ndarray,
+        f: np.ndarray,
+        *,
+        spherical: bool,
+        names: Sequence[str] | None = None,
+    ) -> LinearTrend:
         """Fit each column of ``f`` ``[N, Dy]`` (NaN: not observed) at points ``s`` ``[N, 2]``.
 
         Weighted least squares with the :func:`declustering_weights` of the points
         (unit vectors on the sphere), so that a dense cluster does not set the
-        plane alone.
+        plane alone.  ``names`` name the columns in error messages.
 
         Raises
         ------
@@ -155,8 +163,9 @@ class LinearTrend:
                 ok.sum() <= n_coef
                 or np.linalg.matrix_rank(a, tol=1e-9 * max(1.0, np.abs(a).max())) < n_coef
             ):
+                name = repr(names[j]) if names is not None else str(j)
                 raise EmptyDataError(
-                    f"trend='linear' needs at least {n_coef + 1} observations of variable {j} "
+                    f"trend='linear' needs at least {n_coef + 1} observations of variable {name} "
                     f"that do not all lie on one line (a plane through them is undetermined); "
                     f"got {int(ok.sum())}. Predict without trend=, or give more observations."
                 )
