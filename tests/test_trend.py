@@ -5,8 +5,9 @@ import pytest
 import xarray as xr
 
 import xnp
-from xnp.data.trend import LinearTrend, _unit_vectors, declustering_weights
+from xnp.data.trend import LinearTrend, declustering_weights
 from xnp.errors import ConfigError, EmptyDataError
+from xnp.infer import _xyz as _unit_vectors
 
 
 def _tangent_plane(s: np.ndarray, centre: np.ndarray, slopes=(3.0, -2.0), offset=5.0):

@@ -285,10 +285,10 @@ class _Payload:
                     self.context, tgt, context_radius_km=self.radius_km
                 )
             mean, std = self.model.denormalise(mean, std)
+            mean, std = mean[0], std[0]
             if self.trend is not None:
-                mean, std = self.trend.add_to(targets.s, mean[0], std[0], _prior(self.model))
-                mean, std = mean[None], std[None]
-            out[targets.index] = np.concatenate([mean[0], std[0]], axis=-1)
+                mean, std = self.trend.add_to(targets.s, mean, std, _prior(self.model))
+            out[targets.index] = np.concatenate([mean, std], axis=-1)
         return out.reshape(*shape, out.shape[-1])  # (not -1: a block may be empty)
 
 
@@ -529,8 +529,8 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
             ok = np.isfinite(ps.f[:, j])
             f = ps.f[:, j][ok]
             std = float(f.std()) if f.size > 1 else 0.0
-            if trend is not None and float(raw[ok, j].std()) > 0:
-                std = max(std, 1e-6 * float(raw[ok, j].std()))  # an exactly planar field
+            if trend is not None:  # an exactly planar field: a floor, if the values vary
+                std = max(std, 1e-6 * float(raw[ok, j].std()))
             if not std > 0:
                 t = find_coords(data, v, **_names(model, data)).time
                 when = "" if t is None else f" at {data[t].values}"

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.spatial
 
 from xnp.errors import EmptyDataError
+from xnp.infer import _xyz
 
 __all__ = ["LinearTrend", "declustering_weights"]
 
@@ -67,11 +68,6 @@ def declustering_weights(x: np.ndarray, k: int = _NEIGHBOURS, cap: float = _CAP)
         return np.ones(n)
     area = np.minimum(area, cap * median)
     return area / area.mean()
-
-
-def _unit_vectors(s: np.ndarray) -> np.ndarray:
-    lat, lon = np.deg2rad(s[:, 0]), np.deg2rad(s[:, 1])
-    return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -137,9 +133,9 @@ class LinearTrend:
         """
         s = np.asarray(s, np.float64)
         f = np.asarray(f, np.float64).reshape(len(s), -1)
+        where = _xyz(s) if spherical else s  # the points the plane and weights are in
         if spherical:
-            p = _unit_vectors(s)
-            centre = p.mean(axis=0)
+            centre = where.mean(axis=0)
             length = float(np.linalg.norm(centre))
             if length < _GLOBAL:  # around the globe: the unit vector's components
                 origin, basis = np.zeros(3), np.eye(3)
@@ -151,8 +147,7 @@ class LinearTrend:
         else:
             origin = s.mean(axis=0) if len(s) else np.zeros(2)
             basis = np.eye(2)
-        design = cls._design_from(s, spherical, basis, origin)
-        where = _unit_vectors(s) if spherical else s
+        design = cls._design(where, basis, origin)
         n_coef = design.shape[1]
         coef = np.zeros((n_coef, f.shape[1]))
         cov = np.zeros((f.shape[1], n_coef, n_coef))
@@ -179,16 +174,14 @@ class LinearTrend:
         return cls(spherical, basis, origin, coef, cov)
 
     @staticmethod
-    def _design_from(
-        s: np.ndarray, spherical: bool, basis: np.ndarray, origin: np.ndarray
-    ) -> np.ndarray:
-        x = (_unit_vectors(s) if spherical else s) - origin
-        return np.concatenate([np.ones((len(s), 1)), x @ basis], axis=1)
+    def _design(where: np.ndarray, basis: np.ndarray, origin: np.ndarray) -> np.ndarray:
+        """Intercept and trend coordinates of unit vectors (sphere) or coordinates (plane)."""
+        return np.concatenate([np.ones((len(where), 1)), (where - origin) @ basis], axis=1)
 
     def at(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trend ``[N, Dy]`` at points ``s`` ``[N, 2]`` and the variance of its estimate."""
-        design = self._design_from(np.asarray(s, np.float64), self.spherical, self.basis,
-                                   self.origin)  # fmt: skip
+        s = np.asarray(s, np.float64)
+        design = self._design(_xyz(s) if self.spherical else s, self.basis, self.origin)
         mean = design @ self.coef
         var = np.einsum("np,jpq,nq->nj", design, self.cov, design)
         return mean, np.maximum(var, 0.0)
