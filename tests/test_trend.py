@@ -1,13 +1,16 @@
 """The context's linear trend for zero-shot prediction (``trend="linear"``)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
+from strategies import DATA_DIR, requires_data
 
 import xnp
 from xnp.data.trend import LinearTrend, declustering_weights
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.infer import _xyz as _unit_vectors
+from xnp.validation import BlockKFold, cross_validate
 
 
 def _tangent_plane(s: np.ndarray, centre: np.ndarray, slopes=(3.0, -2.0), offset=5.0):
@@ -161,3 +164,26 @@ def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
     few = ds[["field"]].where(ds.lon < -9)  # one meridian of points: a line on the sphere
     with pytest.raises(EmptyDataError, match=r"trend='linear'.*variable 'field'"):
         few.np.predict(model, ds.drop_vars("field"), trend="linear")
+
+
+@requires_data
+def test_texas_stations_block_cv_is_better_with_the_trend(model):
+    # the real network of ../shared/data: 186 ASOS stations, one day's mean temperature;
+    # spatial blocks of 2° leave out gaps the plane helps to predict across
+    df = pd.read_csv(DATA_DIR / "texas_wind_2018-02-26.csv")
+    texas = xr.Dataset(
+        {"t": ("station", df.air_temperature_c.to_numpy(float), {"units": "degC"})},
+        coords={"lat": ("station", df.latitude.to_numpy()),
+                "lon": ("station", df.longitude.to_numpy())},
+    )  # fmt: skip
+    cv = BlockKFold(spacing_deg=2.0, n_splits=5)
+    scores = {
+        trend: cross_validate(
+            lambda c, t, trend=trend: xnp.predict(model, c, t, trend=trend), texas, "t", cv
+        ).sel(fold="pooled")
+        for trend in (None, "linear")
+    }
+    plain, linear = scores[None], scores["linear"]
+    assert float(linear.t_rmse) < 0.95 * float(plain.t_rmse)
+    assert float(linear.t_nll) < float(plain.t_nll)
+    assert 0.85 < float(linear.t_coverage_95) <= 1.0
