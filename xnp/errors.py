@@ -16,6 +16,7 @@ __all__ = [
     "EmptyDataError",
     "IncompatibleUnitsError",
     "MissingDependencyError",
+    "NativeKernelError",
     "ShapeError",
     "VariableNotFoundError",
     "XnpError",
@@ -70,6 +71,14 @@ class MissingDependencyError(ConfigError, ImportError):
 
     Both an :class:`XnpError` and an :class:`ImportError`; the message names the
     extra to install (e.g. ``pip install 'xnp[plot]'``).
+    """
+
+
+class NativeKernelError(XnpError, RuntimeError):
+    """xnp's native CPU kernels could not be built or loaded while ``XNP_NATIVE=1``.
+
+    The message says what failed (no C++ compiler, a compiler error); unset
+    ``XNP_NATIVE`` (or set it to ``0``) to use the pure-JAX computation instead.
     """
 
 

@@ -17,6 +17,8 @@ Distances are evaluated once per attention tile and shared by every head and bas
 function.  Point coordinates are converted once per forward pass
 (:meth:`SpaceTimeBias.features`), so a tile only does a few multiply-adds per pair
 (plus one square root and a short polynomial on the sphere) before the exponentials.
+On the CPU the RBF network and its gradient run in native kernels
+(:mod:`xnp.nn.native`), which evaluate each exponential once; elsewhere, in JAX.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.custom_derivatives import SymbolicZero
 
 from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_sq_central_angle
+from xnp.nn import native
 
 __all__ = ["RBFBias", "SpaceTimeBias", "pairwise_sq_distance"]
 
@@ -105,46 +109,32 @@ class RBFBias(nnx.Module):
         return self.apply(*self.weights(), z)
 
 
-def _rbf_terms(a: jax.Array, b: jax.Array, z: jax.Array):
-    """The ``F`` terms ``exp(-b_hf z)`` ``[B, H, q, k]`` (``z`` ``[B, q, k]``), lazily."""
-    for f in range(a.shape[1]):  # unrolled: XLA fuses them into one loop
-        yield f, jnp.exp(-b[None, :, f, None, None] * z[:, None])
-
-
 @jax.custom_vjp
 def _rbf(a: jax.Array, b: jax.Array, z: jax.Array) -> jax.Array:
-    out = 0.0
-    for f, e in _rbf_terms(a, b, z):
-        out = out + a[None, :, f, None, None] * e
-    return out
+    # on the CPU a native kernel (one pass, a faster exponential); elsewhere JAX
+    return native.rbf_bias(a, b, z)
 
 
 def _rbf_fwd(a, b, z):
     # Residuals are the weights and the [B, q, k] distances only: storing the H·F
-    # exponential tiles autodiff would keep costs far more memory traffic on a CPU
-    # than recomputing them, fused with the reductions, in the backward pass.
-    return _rbf(a, b, z), (a, b, z)
+    # exponential tiles autodiff would keep costs far more memory traffic than
+    # recomputing them in the backward pass.  Whether z needs a cotangent is
+    # kept as pytree structure (() or None), not as an array.
+    need_dz = () if z.perturbed else None
+    a, b, z = a.value, b.value, z.value
+    return _rbf(a, b, z), (a, b, z, need_dz)
 
 
 def _rbf_bwd(res, g):
-    a, b, z = res
-    g = g.astype(jnp.float32)
-    axes = (0, 2, 3)
-    da, db, dz = [], [], 0.0
-    for f, e in _rbf_terms(a, b, z):
-        ge = g * e
-        da.append(jnp.sum(ge, axis=axes))
-        gez = jnp.sum(ge * z[:, None], axis=axes)
-        db.append(-a[:, f] * gez)
-        dz = dz - jnp.sum(ge * (a[None, :, f, None, None] * b[None, :, f, None, None]), axis=1)
-    return (
-        jnp.stack(da, axis=1).astype(a.dtype),
-        jnp.stack(db, axis=1).astype(b.dtype),
-        dz.astype(z.dtype),
-    )
+    a, b, z, need_dz = res
+    want_dz = need_dz is not None
+    if isinstance(g, SymbolicZero):
+        return jnp.zeros_like(a), jnp.zeros_like(b), jnp.zeros_like(z) if want_dz else None
+    # one pass over the tile on the CPU (native kernel), the same sums in JAX elsewhere
+    return native.rbf_grad(a, b, z, g, want_dz=want_dz)
 
 
-_rbf.defvjp(_rbf_fwd, _rbf_bwd)
+_rbf.defvjp(_rbf_fwd, _rbf_bwd, symbolic_zeros=True)
 
 
 def pairwise_sq_distance(

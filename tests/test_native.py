@@ -1,0 +1,177 @@
+"""The native CPU kernels for the RBF bias and its gradient against their JAX references."""
+
+import logging
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xnp.errors import ConfigError, NativeKernelError
+from xnp.nn import native
+from xnp.nn.attention import biased_scan_attention
+from xnp.nn.bias import SpaceTimeBias
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("c++") is None, reason="no C++ compiler ('c++') to build the native kernels"
+)
+
+
+def _inputs(h, f, b, q, k, seed=0):
+    ka, kb, kz, kg = jax.random.split(jax.random.key(seed), 4)
+    a = jax.random.normal(ka, (h, f))
+    rate = jax.nn.softplus(jax.random.normal(kb, (h, f))) * 4.0
+    z = jax.random.uniform(kz, (b, q, k), maxval=6.0)
+    g = jax.random.normal(kg, (b, h, q, k))
+    return a, rate, z, g
+
+
+@needs_compiler
+def test_the_kernel_builds_and_is_used_on_the_cpu():
+    assert native.enabled()
+    a, b, z, g = _inputs(2, 3, 1, 4, 5)
+    hlo = jax.jit(lambda *x: native.rbf_grad(*x, want_dz=True)).lower(a, b, z, g).as_text()
+    assert "xnp_rbf_grad_dz" in hlo
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    ("h", "f", "b", "q", "k"),
+    [(4, 5, 2, 33, 48), (1, 1, 1, 1, 1), (3, 16, 3, 7, 15), (2, 3, 1, 64, 257)],
+)
+@pytest.mark.parametrize("want_dz", [False, True])
+def test_kernel_equals_the_jax_sums(h, f, b, q, k, want_dz):
+    args = _inputs(h, f, b, q, k, seed=q + k)
+    got = jax.jit(lambda *x: native.rbf_grad(*x, want_dz=want_dz))(*args)
+    want = jax.jit(lambda *x: native.rbf_grad_reference(*x, want_dz=want_dz))(*args)
+    assert (got[2] is None) == (not want_dz)
+    for x, y in zip(got, want, strict=True):
+        if y is None:
+            continue
+        scale = float(jnp.max(jnp.abs(y))) or 1.0
+        np.testing.assert_allclose(np.asarray(x) / scale, np.asarray(y) / scale, atol=3e-6)
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    ("h", "f", "b", "q", "k"), [(4, 5, 2, 33, 48), (1, 1, 1, 1, 1), (3, 16, 1, 7, 15)]
+)
+def test_bias_kernel_equals_the_jax_sum(h, f, b, q, k):
+    a, rate, z, _ = _inputs(h, f, b, q, k, seed=h + q)
+    z = z.at[-1, -1, -1].set(1e4).at[0, 0, 0].set(0.0)  # far beyond e^-87; zero distance
+    fn = jax.jit(native.rbf_bias)
+    assert "xnp_rbf_bias" in fn.lower(a, rate, z).as_text()
+    got, want = fn(a, rate, z), jax.jit(native.rbf_bias_reference)(a, rate, z)
+    assert got.shape == (b, h, q, k)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(a))))
+    np.testing.assert_allclose(got[0, :, 0, 0], jnp.sum(a, axis=1), rtol=1e-6)
+
+
+@needs_compiler
+def test_kernel_is_deterministic_and_keeps_dtypes():
+    a, b, z, g = _inputs(4, 5, 3, 100, 130)
+    fn = jax.jit(lambda *x: native.rbf_grad(*x, want_dz=True))
+    first, second = fn(a, b, z, g), fn(a, b, z, g)
+    for x, y in zip(first, second, strict=True):
+        np.testing.assert_array_equal(x, y)
+    half = fn(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), z, g.astype(jnp.bfloat16))
+    assert [x.dtype for x in half] == [jnp.bfloat16, jnp.bfloat16, jnp.float32]
+
+
+@needs_compiler
+def test_attention_gradients_are_those_of_the_jax_path(monkeypatch):
+    """The training gradient of biased attention with the native kernel and without."""
+    kq, kk, kv, ks = jax.random.split(jax.random.key(1), 4)
+    q = jax.random.normal(kq, (2, 40, 2, 8))
+    k = jax.random.normal(kk, (2, 56, 2, 8))
+    v = jax.random.normal(kv, (2, 56, 2, 8))
+    s_q = jax.random.uniform(ks, (2, 40, 2), minval=-10.0, maxval=10.0)
+    s_k = jax.random.uniform(ks, (2, 56, 2), minval=-10.0, maxval=10.0) + 1.0
+    t0 = jnp.zeros((2, 40, 1)), jnp.zeros((2, 56, 1))
+    bias = SpaceTimeBias(2, spatial="great_circle", rngs=None)
+    from flax import nnx
+
+    graphdef, params = nnx.split(bias)
+
+    def loss(params, q, k, v):
+        layer = nnx.merge(graphdef, params)
+        qf, kf = layer.features(s_q, t0[0]), layer.features(s_k, t0[1])
+        out = biased_scan_attention(
+            q, k, v, bias_fn=layer.bind(), q_feats=qf, k_feats=kf, q_chunk=16, k_chunk=16
+        )
+        return jnp.sum(jnp.sin(out))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    with_kernel = grad(params, q, k, v)
+    monkeypatch.setenv("XNP_NATIVE", "0")
+    without = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, q, k, v)
+    for x, y in zip(jax.tree.leaves(with_kernel), jax.tree.leaves(without), strict=True):
+        np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6)
+
+
+@needs_compiler
+def test_kernel_under_a_batch_sharded_jit():
+    """Two (fake) CPU devices splitting the batch, as the train step does."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    a, b, z, g = _inputs(2, 5, 4, 24, 32)
+    mesh = Mesh(np.array(jax.devices()[:2]), ("batch",))
+    z_s = jax.device_put(z, NamedSharding(mesh, PartitionSpec("batch")))
+    g_s = jax.device_put(g, NamedSharding(mesh, PartitionSpec("batch")))
+    got = jax.jit(lambda *x: native.rbf_grad(*x, want_dz=True))(a, b, z_s, g_s)
+    want = native.rbf_grad_reference(a, b, z, g, want_dz=True)
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_disabled_by_the_environment(monkeypatch):
+    monkeypatch.setenv("XNP_NATIVE", "0")
+    assert not native.enabled()
+    a, b, z, g = _inputs(2, 3, 1, 4, 5)
+    hlo = jax.jit(lambda *x: native.rbf_grad(*x, want_dz=False)).lower(a, b, z, g).as_text()
+    assert "xnp_rbf_grad" not in hlo
+    monkeypatch.setenv("XNP_NATIVE", "yes")
+    with pytest.raises(ConfigError, match="XNP_NATIVE must be"):
+        native.enabled()
+
+
+def test_no_compiler_falls_back_or_raises_when_required(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("XNP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("XNP_NATIVE", "auto")
+    with caplog.at_level(logging.INFO, logger="xnp.nn.native"):
+        assert not native.enabled()
+    assert "no C++ compiler found" in caplog.text
+    a, b, z, g = _inputs(2, 3, 1, 4, 5)
+    da, _, _ = native.rbf_grad(a, b, z, g, want_dz=False)  # the JAX path
+    np.testing.assert_allclose(da, native.rbf_grad_reference(a, b, z, g, want_dz=False)[0])
+    monkeypatch.setenv("XNP_NATIVE", "1")
+    with pytest.raises(NativeKernelError, match="XNP_NATIVE=0"):
+        native.enabled()
+
+
+@needs_compiler
+def test_build_is_cached_by_content(monkeypatch, tmp_path):
+    monkeypatch.setenv("XNP_CACHE_DIR", str(tmp_path))
+    first = native._build()
+    assert first.parent == tmp_path / "native"
+    assert first.exists()
+    mtime = first.stat().st_mtime_ns
+    assert native._build() == first
+    assert first.stat().st_mtime_ns == mtime
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temporary left
+
+
+@needs_compiler
+def test_a_compiler_error_is_reported(monkeypatch, tmp_path):
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo fake 1.0; exit 0; fi\n"
+                    "echo 'rbf.cc:1: error: broken' >&2; exit 3\n")  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("XNP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(fake))
+    with pytest.raises(NativeKernelError, match=r"exit 3\)[\s\S]*error: broken"):
+        native._build()
+    assert not list((tmp_path / "native").iterdir())  # the temporary file is removed
