@@ -175,3 +175,87 @@ def test_a_compiler_error_is_reported(monkeypatch, tmp_path):
     with pytest.raises(NativeKernelError, match=r"exit 3\)[\s\S]*error: broken"):
         native._build()
     assert not list((tmp_path / "native").iterdir())  # the temporary file is removed
+
+
+def _attention_inputs(dv, seed=0):
+    ks = jax.random.split(jax.random.key(seed), 9)
+    b, nq, nk, h, d = 2, 70, 301, 2, 16
+    q = jax.random.normal(ks[0], (b, nq, h, d))
+    k = jax.random.normal(ks[1], (b, nk, h, d))
+    v = jax.random.normal(ks[2], (b, nk, h, dv))
+
+    def latlon(key, n):
+        k1, k2 = jax.random.split(key)
+        lat = jax.random.uniform(k1, (b, n), minval=-89.0, maxval=89.0)
+        return jnp.stack([lat, jax.random.uniform(k2, (b, n), minval=-180.0, maxval=180.0)], -1)
+
+    s_q, s_k = latlon(ks[3], nq), latlon(ks[4], nk)
+    t_q = jax.random.uniform(ks[5], (b, nq, 1), maxval=72.0)
+    t_k = jax.random.uniform(ks[6], (b, nk, 1), maxval=72.0)
+    mask = jax.random.uniform(ks[7], (b, nk)) > 0.3
+    return q, k, v, s_q, s_k, t_q, t_k, mask
+
+
+def _random_bias(spatial, temporal, h, seed):
+    from flax import nnx
+
+    scale = 1000.0 if spatial == "great_circle" else 20.0
+    bias = SpaceTimeBias(h, spatial=spatial, spatial_scale=scale, temporal=temporal)
+    for i, rbf in enumerate((bias.space, bias.time)):
+        if rbf is not None:  # weights of both signs and a wide range of rates
+            rbf.a = nnx.Param(2.0 * jax.random.normal(jax.random.key(seed + i), rbf.a.shape))
+    return bias
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    ("spatial", "temporal", "dv"),
+    [("great_circle", True, 32), ("great_circle", False, 16), ("euclidean", False, 24),
+     ("none", True, 64)],
+)  # fmt: skip
+def test_fused_attention_equals_tiled_and_dense(monkeypatch, spatial, temporal, dv):
+    from xnp.nn.attention import dense_attention
+
+    q, k, v, s_q, s_k, t_q, t_k, mask = _attention_inputs(dv, seed=dv)
+    mask = mask.at[1].set(False)  # a batch element with no valid key at all
+    bias = _random_bias(spatial, temporal, q.shape[2], seed=dv)
+    qf, kf = bias.features(s_q, t_q), bias.features(s_k, t_k)
+
+    def bsa(q, k, v):
+        return biased_scan_attention(
+            q, k, v, bias_fn=bias.bind(), q_feats=qf, k_feats=kf, k_mask=mask,
+            q_chunk=32, k_chunk=64, bias_bounds=bias.bounds(),
+        )  # fmt: skip
+
+    fused = jax.jit(bsa)
+    assert "xnp_rbf_attention" in fused.lower(q, k, v).as_text()
+    got = fused(q, k, v)
+    monkeypatch.setenv("XNP_NATIVE", "0")
+    tiled = jax.jit(lambda *a: bsa(*a))(q, k, v)
+    dense = dense_attention(q, k, v, bias_fn=bias.bind(), q_feats=qf, k_feats=kf, k_mask=mask)
+    np.testing.assert_allclose(got, tiled, atol=2e-6)
+    np.testing.assert_allclose(got, dense, atol=2e-6)
+    np.testing.assert_array_equal(got[1], 0.0)
+
+
+@needs_compiler
+def test_fused_attention_log_sum_exp(monkeypatch):
+    """The kernel's lse (which the backward pass reads) is that of the tiled forward."""
+    from xnp.nn import attention
+
+    q, k, v, s_q, s_k, t_q, t_k, mask = _attention_inputs(32, seed=5)
+    mask = mask.at[0, :].set(False)
+    bias = _random_bias("great_circle", True, q.shape[2], seed=7)
+    spec, weights = bias.bind().native_rbf
+    qf, kf = bias.features(s_q, t_q), bias.features(s_k, t_k)
+    out, lse = jax.jit(native.rbf_attention, static_argnums=6)(
+        q, k, v, mask, qf, kf, spec, list(weights)
+    )
+    tiles = (2, 70, 301, 2, 301)
+    ref_out, ref_lse = attention._forward_xla(
+        (spec.bias, spec.bias), tiles, q, k, v, qf, kf, mask, list(weights), None
+    )
+    np.testing.assert_allclose(out, ref_out, atol=2e-6)
+    assert np.all(np.isinf(lse[0]))
+    assert np.all(np.isinf(ref_lse[0]))
+    np.testing.assert_allclose(lse[1], ref_lse[1], rtol=1e-6, atol=2e-6)

@@ -423,8 +423,10 @@ def worker_floor(data, opts) -> dict:
 
     Counted on the same model with dense attention (one pass over the whole score
     matrix, no loops, whose trip counts XLA's cost analysis does not multiply in);
-    compiled only, never run.  Biased Scan Attention does the same arithmetic.
+    compiled only, never run.  Biased Scan Attention does the same arithmetic.  Traced
+    without xnp's native kernels, whose work the cost analysis cannot see.
     """
+    os.environ["XNP_NATIVE"] = "0"
     import jax
     from flax import nnx
 

@@ -38,7 +38,7 @@ DEFAULT_REFERENCE = "/work/bench-venv/bin/python"
 
 # Both workers print one JSON line: parameters, compile seconds, seconds per step, peak RSS.
 XNP_WORKER = """
-import json, resource, sys, time
+import json, os, resource, sys, time
 import jax, numpy as np
 from flax import nnx
 from xnp.data.batch import Batch
@@ -74,7 +74,9 @@ for b in batches[1:]:
 per_step, fastest = float(np.median(times)), min(times)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 # XLA's count of the step's arithmetic, on the same model with dense attention (no loops,
-# whose trip counts the cost analysis leaves out); compiled, never run
+# whose trip counts the cost analysis leaves out) and without xnp's native kernels (whose
+# work it cannot see); compiled, never run
+os.environ["XNP_NATIVE"] = "0"
 dense = BSATNP(BSATNPConfig(spatial_bias="euclidean", spatial_scale=1.0, attention="dense"),
                rngs=nnx.Rngs(0))
 g_dense, p_dense = nnx.split(dense)

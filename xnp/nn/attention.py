@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from xnp.errors import ConfigError, ShapeError
+from xnp.nn import native
 
 __all__ = ["BiasFn", "biased_scan_attention", "dense_attention"]
 
@@ -205,7 +206,24 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     Batch tiles of ``tiles[0]`` elements run one after another, so that a score tile
     ``[b_tile, H, q_tile, k_tile]`` stays in the CPU's caches through the chain of
     operations on it (writing it to memory and back costs more than the arithmetic).
+    With an RBF bias (``fns[2]``, an :class:`~xnp.nn.bias.RBFSpec`) on the CPU, one
+    native kernel computes the same (:func:`xnp.nn.native.rbf_attention`).
     """
+    spec = fns[2] if len(fns) > 2 else None
+    if spec is not None and native.enabled():
+        args = (q, k, v, qf, kf, mask, consts)
+        return jax.lax.platform_dependent(
+            *args,
+            cpu=lambda q, k, v, qf, kf, mask, consts: native.rbf_attention(
+                q, k, v, mask, qf, kf, spec, consts
+            ),
+            default=lambda *a: _forward_xla(fns, tiles, *a, bound),
+        )
+    return _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
+
+
+def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
+    """:func:`_forward` as tiled JAX loops (any bias function, any platform)."""
     b, nq, h, _ = q.shape
 
     def step(data, acc):
@@ -568,6 +586,12 @@ def biased_scan_attention(
             fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc, kc_bwd)))
         if fns[1] is None:
             fns, bc_bwd, kc_bwd = (fns[0], fns[0]), bc, kc
+    native_rbf = getattr(bias_fn, "native_rbf", None)
+    if native_rbf is not None and all(x.dtype == jnp.float32 for x in (q, k, v)):
+        # an RBF bias (SpaceTimeBias.bind): explicit weights, and the fused kernel
+        # for the forward pass on the CPU; the backward pass is the same either way
+        spec, weights = native_rbf
+        fns, consts = (spec.bias, spec.bias, spec), list(weights)
     tiles = (bc, qc, kc, bc_bwd, kc_bwd)
     args = (q_p, k_p, v_p, qf_p, kf_p, mask_p, list(consts))
     if bias_fn is None or bias_bounds is None:

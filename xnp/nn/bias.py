@@ -23,6 +23,7 @@ On the CPU the RBF network and its gradient run in native kernels
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
@@ -36,7 +37,7 @@ from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_sq_central_angle
 from xnp.nn import native
 
-__all__ = ["RBFBias", "SpaceTimeBias", "pairwise_sq_distance"]
+__all__ = ["RBFBias", "RBFSpec", "SpaceTimeBias", "pairwise_sq_distance"]
 
 SpatialMetric = Literal["great_circle", "euclidean", "none"]
 
@@ -186,6 +187,33 @@ def _once_per_pair(fn: Callable, a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.moveaxis(z, 0, 1).reshape(a.shape[0], q, b.shape[1])
 
 
+@dataclasses.dataclass(frozen=True)
+class RBFSpec:
+    """What a :class:`SpaceTimeBias` computes, apart from its weights (hashable, static).
+
+    ``metric`` is the spatial metric, ``gc_scale`` the factor from the central angle
+    to the scaled distance (``R / L_s``; used on the sphere), ``temporal`` whether a
+    time term follows.  :meth:`bias` evaluates the bias for explicit weights:
+    ``(a, b)`` of the spatial RBF network (unless ``metric == "none"``), then
+    ``(a, b)`` of the temporal one (if ``temporal``).
+    """
+
+    metric: SpatialMetric
+    gc_scale: float
+    temporal: bool
+
+    def bias(self, qf: dict, kf: dict, *weights: jax.Array) -> jax.Array:
+        """Bias ``[B, H, q, k]`` between features ``qf`` and ``kf`` for ``weights``."""
+        out, w = 0.0, list(weights)
+        if self.metric != "none":
+            z = pairwise_sq_distance(self.metric, qf["s"], kf["s"], scale=self.gc_scale)
+            out = out + RBFBias.apply(w.pop(0), w.pop(0), z)
+        if self.temporal:
+            z = pairwise_sq_distance("euclidean", qf["t"], kf["t"])
+            out = out + RBFBias.apply(w.pop(0), w.pop(0), z)
+        return out
+
+
 class SpaceTimeBias(nnx.Module):
     """Sum of a spatial and a temporal RBF bias for one attention layer.
 
@@ -258,28 +286,30 @@ class SpaceTimeBias(nnx.Module):
             feats["t"] = t / jnp.asarray(self.temporal_scale, t.dtype)
         return feats
 
+    def spec(self) -> RBFSpec:
+        """The static description of this bias (metric, scales, which parts exist)."""
+        return RBFSpec(
+            metric=self.spatial,
+            gc_scale=EARTH_RADIUS_KM / self.spatial_scale,  # central angle → d / L_s
+            temporal=self.temporal,
+        )
+
     def bind(self) -> Callable[[dict, dict], jax.Array]:
         """A pure ``bias_fn(q_feats, k_feats) -> [B, H, q, k]`` closing over the weights.
 
-        This is the form :func:`xnp.nn.attention.biased_scan_attention` takes.
+        This is the form :func:`xnp.nn.attention.biased_scan_attention` takes.  It
+        carries ``native_rbf = (spec, weights)``, with which that function computes
+        the whole biased attention in one native kernel on the CPU.
         """
-        space = None if self.space is None else self.space.weights()
-        time = None if self.time is None else self.time.weights()
-        metric = self.spatial
-        scale = EARTH_RADIUS_KM / self.spatial_scale  # central angle → d / L_s
+        weights = tuple(
+            x for rbf in (self.space, self.time) if rbf is not None for x in rbf.weights()
+        )
+        spec = self.spec()
 
         def bias_fn(qf: dict, kf: dict) -> jax.Array:
-            out = 0.0
-            if space is not None:
-                out = out + RBFBias.apply(
-                    *space, pairwise_sq_distance(metric, qf["s"], kf["s"], scale=scale)
-                )
-            if time is not None:
-                out = out + RBFBias.apply(
-                    *time, pairwise_sq_distance("euclidean", qf["t"], kf["t"])
-                )
-            return out
+            return spec.bias(qf, kf, *weights)
 
+        bias_fn.native_rbf = (spec, weights)
         return bias_fn
 
     def bounds(self) -> tuple[jax.Array, jax.Array]:

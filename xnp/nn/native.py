@@ -48,12 +48,14 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from xnp.errors import ConfigError, NativeKernelError
 
 __all__ = [
     "cache_dir",
     "enabled",
+    "rbf_attention",
     "rbf_bias",
     "rbf_bias_reference",
     "rbf_grad",
@@ -67,8 +69,9 @@ _TARGETS = {
     "xnp_rbf_grad": "XnpRbfGrad",
     "xnp_rbf_grad_dz": "XnpRbfGradDz",
     "xnp_rbf_bias": "XnpRbfBias",
+    "xnp_rbf_attention": "XnpRbfAttention",
 }
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC", "-w")
 _COMPILE_TIMEOUT_S = 300
 
 _lock = threading.Lock()
@@ -259,3 +262,52 @@ def rbf_grad(a, b, z, g, *, want_dz: bool):
         return rbf_grad_reference(*args, want_dz=want_dz)
 
     return jax.lax.platform_dependent(a, b, z, g, cpu=native, default=reference)
+
+
+_METRICS = {"none": 0, "euclidean": 1, "great_circle": 2}
+
+
+def rbf_attention(q, k, v, mask, q_feats, k_feats, spec, weights):
+    """Biased attention with an RBF bias in one native kernel: ``(out, lse)``.
+
+    The computation of :func:`xnp.nn.attention.biased_scan_attention` with the bias
+    ``spec.bias(q_feats, k_feats, *weights)`` (:class:`xnp.nn.bias.RBFSpec`), for
+    ``q`` ``[B, Nq, H, D]``, ``k`` ``[B, Nk, H, D]``, ``v`` ``[B, Nk, H, Dv]`` and
+    the key mask ``[B, Nk]``: the output ``[B, Nq, H, Dv]`` and the log-sum-exp of
+    each query's biased scores ``[B, H, Nq]`` (+inf, and a zero output, for a query
+    with no valid key).  The distances are computed inside the kernel and no
+    ``[Nq, Nk]`` matrix is ever stored.  CPU only, float32; callers check
+    :func:`enabled` and fall back to the tiled JAX computation elsewhere.
+    """
+    f32 = jnp.float32
+    b, nq, h, _ = q.shape
+    nk = k.shape[1]
+    w = [x.astype(f32) for x in weights]
+    dummy_w = jnp.zeros((h, 1), f32)
+    space = (w.pop(0), w.pop(0)) if spec.metric != "none" else (dummy_w, dummy_w)
+    time = (w.pop(0), w.pop(0)) if spec.temporal else (dummy_w, dummy_w)
+
+    def feats(tree, key, n):
+        return tree[key].astype(f32) if key in (tree or {}) else jnp.zeros((b, n, 1), f32)
+
+    use_s, use_t = spec.metric != "none", spec.temporal
+    outs = (
+        jax.ShapeDtypeStruct((b, nq, h, v.shape[-1]), f32),
+        jax.ShapeDtypeStruct((b, h, nq), f32),
+    )
+    out, lse = jax.ffi.ffi_call("xnp_rbf_attention", outs, vmap_method="sequential")(
+        q.astype(f32),
+        k.astype(f32),
+        v.astype(f32),
+        mask.astype(f32),
+        feats(q_feats, "s", nq) if use_s else jnp.zeros((b, nq, 1), f32),
+        feats(k_feats, "s", nk) if use_s else jnp.zeros((b, nk, 1), f32),
+        feats(q_feats, "t", nq),
+        feats(k_feats, "t", nk),
+        *space,
+        *time,
+        metric=np.int32(_METRICS[spec.metric]),
+        time=np.int32(use_t),
+        gc_scale2=np.float32(spec.gc_scale**2),
+    )
+    return out.astype(v.dtype), lse

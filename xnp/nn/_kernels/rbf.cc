@@ -19,6 +19,8 @@
 // below is lowered to whatever the machine has (AVX-512, AVX2, NEON, ...).
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -274,6 +276,284 @@ ffi::Error rbf_grad_dz(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffe
   return rbf_grad(pool, g, z, a, b, da, db, dz->typed_data());
 }
 
+
+// ---------------------------------------------------------------------------
+// Fused biased attention, forward: for every batch element b, head h and query i,
+//     s_ij = q_i . k_j / sqrt(D) + B_h(i, j)       (keys j with mask 1)
+//     out_i = sum_j softmax_j(s_ij) v_j,   lse_i = log sum_j exp(s_ij)
+// with the RBF bias B_h of the spatial distance (great-circle or Euclidean) and
+// of the time difference, computed from per-point features inside the loop.  No
+// score, bias or distance matrix is written to memory: a block of queries walks
+// over the keys in tiles (online softmax, as FlashAttention), and the distances
+// of a tile are computed once and shared by all heads.  A query with no valid key
+// gets a zero output and lse = +inf (as xnp.nn.attention).
+
+constexpr int64_t kRows = 8;     // queries per block
+constexpr int64_t kTile = 256;   // keys per tile (a multiple of kLanes)
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// arcsin(sqrt(u)) / sqrt(u) = 1 + u * P(u) on [0, 1/2] (coefficients of
+// xnp.geo.distance._ASIN_RATIO)
+constexpr float kAsin[8] = {0.16666627f, 0.07502463f,  0.04412134f,  0.0356585f,
+                            -0.00657315f, 0.10670699f, -0.13540055f, 0.12378763f};
+
+// exp(x) for x <= 0, exactly 0 below -87 (masked and far-away terms)
+inline vf exp_or_zero(vf x) {
+  const vf e = exp_nonpositive(x);
+  return x < -87.0f ? vf{} : e;
+}
+
+struct AttnShapes {
+  int64_t batch, nq, nk, heads, d, dv, cs, fs, ft;
+  int64_t nkp;  // keys padded to a multiple of kTile (padding is masked)
+};
+
+enum Metric : int32_t { kNone = 0, kEuclidean = 1, kGreatCircle = 2 };
+
+// Key-side arrays are copied once per call into padded, per-head layouts whose
+// inner loops read contiguous memory: keys transposed [B, H, D, Nkp], values
+// [B, H, Nkp, Dv], features transposed [B, C, Nkp], times [B, Nkp], mask [B, Nkp].
+struct AttnArgs {
+  AttnShapes s;
+  int32_t metric;
+  bool time;
+  float gc_scale2, scale;
+  const float *q, *kt, *vh, *mask, *fq, *fkt, *tq, *tk, *as, *nbs, *at, *nbt;
+  float *out, *lse;
+};
+
+// Squared scaled distances of query i to the kTile keys from j0: spatial into zs,
+// temporal into zt.  Plain loops over the keys, which the compiler vectorises.
+void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* __restrict zs,
+                    float* __restrict zt) {
+  const AttnShapes& s = A.s;
+  if (A.metric == kGreatCircle) {
+    const float* a = A.fq + (b * s.nq + i) * 3;
+    const float* x = A.fkt + (b * 3 + 0) * s.nkp + j0;
+    const float* y = A.fkt + (b * 3 + 1) * s.nkp + j0;
+    const float* z = A.fkt + (b * 3 + 2) * s.nkp + j0;
+    const float a0 = a[0], a1 = a[1], a2 = a[2], sc = A.gc_scale2;
+    for (int64_t j = 0; j < kTile; ++j) {
+      const float d0 = a0 - x[j], d1 = a1 - y[j], d2 = a2 - z[j];
+      const float s0 = a0 + x[j], s1 = a1 + y[j], s2v = a2 + z[j];
+      const float c2 = d0 * d0 + d1 * d1 + d2 * d2;
+      const float s2 = s0 * s0 + s1 * s1 + s2v * s2v;
+      const bool near = c2 <= s2;
+      const float u = 0.25f * (near ? c2 : s2);
+      float p = kAsin[7];
+      p = p * u + kAsin[6];
+      p = p * u + kAsin[5];
+      p = p * u + kAsin[4];
+      p = p * u + kAsin[3];
+      p = p * u + kAsin[2];
+      p = p * u + kAsin[1];
+      p = p * u + kAsin[0];
+      const float g = 1.0f + u * p;
+      const float far = 3.14159265358979f - 2.0f * std::sqrt(std::max(u, 1e-30f)) * g;
+      zs[j] = sc * (near ? 4.0f * u * g * g : far * far);
+    }
+  } else if (A.metric == kEuclidean) {
+    for (int64_t j = 0; j < kTile; ++j) zs[j] = 0.f;
+    for (int64_t c = 0; c < s.cs; ++c) {
+      const float a = A.fq[(b * s.nq + i) * s.cs + c];
+      const float* x = A.fkt + (b * s.cs + c) * s.nkp + j0;
+      for (int64_t j = 0; j < kTile; ++j) {
+        const float d = a - x[j];
+        zs[j] += d * d;
+      }
+    }
+  }
+  if (A.time) {
+    const float ti = A.tq[b * s.nq + i];
+    const float* t = A.tk + b * s.nkp + j0;
+    for (int64_t j = 0; j < kTile; ++j) {
+      const float d = ti - t[j];
+      zt[j] = d * d;
+    }
+  }
+}
+
+// One block of queries [i0, i0 + rows) of batch element b, all heads.
+template <int64_t DVL>  // value vectors per row (Dv / kLanes), 0: any Dv
+void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
+  const AttnShapes& s = A.s;
+  const int64_t H = s.heads, D = s.d, DV = s.dv;
+  alignas(64) float zs[kRows][kTile], zt[kRows][kTile], sc[kRows][kTile];
+  std::vector<float> o(H * kRows * DV, 0.f), m(H * kRows, kNegInf), l(H * kRows, 0.f);
+  std::vector<float> qs(kRows * D);
+  for (int64_t j0 = 0; j0 < s.nkp; j0 += kTile) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
+    }
+    const float* mk = A.mask + b * s.nkp + j0;
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float* src = A.q + ((b * s.nq + i0 + std::min(r, rows - 1)) * H + h) * D;
+        for (int64_t x = 0; x < D; ++x) qs[r * D + x] = src[x] * A.scale;
+      }
+      const float* kt = A.kt + (b * H + h) * D * s.nkp + j0;  // [D, Nkp] of this head
+      const float* as = A.as + h * s.fs;
+      const float* nbs = A.nbs + h * s.fs;
+      const float* at = A.at + h * s.ft;
+      const float* nbt = A.nbt + h * s.ft;
+      vf mx[kRows];
+      for (int64_t r = 0; r < kRows; ++r) mx[r] = splat(kNegInf);
+      for (int64_t j = 0; j < kTile; j += kLanes) {
+        vf acc[kRows] = {};
+        for (int64_t x = 0; x < D; ++x) {
+          const vf kv = load(kt + x * s.nkp + j);
+          for (int64_t r = 0; r < kRows; ++r) acc[r] += qs[r * D + x] * kv;
+        }
+        const vf valid = load(mk + j);
+        for (int64_t r = 0; r < kRows; ++r) {
+          vf v = acc[r];
+          if (A.metric != kNone) {
+            const vf zz = load(zs[r] + j);
+            for (int64_t f = 0; f < s.fs; ++f) v += as[f] * exp_nonpositive(zz * nbs[f]);
+          }
+          if (A.time) {
+            const vf zz = load(zt[r] + j);
+            for (int64_t f = 0; f < s.ft; ++f) v += at[f] * exp_nonpositive(zz * nbt[f]);
+          }
+          v = valid > 0.5f ? v : splat(kNegInf);
+          store(sc[r] + j, v);
+          mx[r] = mx[r] > v ? mx[r] : v;
+        }
+      }
+      // online softmax: rescale the running sums to the new row maximum
+      float corr[kRows], m_new[kRows];
+      for (int64_t r = 0; r < kRows; ++r) {
+        const int64_t idx = h * kRows + r;
+        float tile_max = kNegInf;
+        for (int64_t t = 0; t < kLanes; ++t) tile_max = std::max(tile_max, mx[r][t]);
+        m_new[r] = std::max(m[idx], tile_max);
+        corr[r] = (m[idx] == kNegInf || m_new[r] == kNegInf) ? 0.f : std::exp(m[idx] - m_new[r]);
+        vf sum = vf{};
+        if (m_new[r] != kNegInf) {
+          for (int64_t j = 0; j < kTile; j += kLanes) {
+            const vf p = exp_or_zero(load(sc[r] + j) - m_new[r]);
+            store(sc[r] + j, p);
+            sum += p;
+          }
+        } else {
+          for (int64_t j = 0; j < kTile; ++j) sc[r][j] = 0.f;
+        }
+        l[idx] = l[idx] * corr[r] + static_cast<float>(hsum(sum));
+        m[idx] = m_new[r];
+      }
+      const float* vh = A.vh + ((b * H + h) * s.nkp + j0) * DV;  // [kTile, Dv] rows
+      float* ob = o.data() + h * kRows * DV;
+      if constexpr (DVL > 0) {
+        // the rows' outputs stay in registers over the tile's keys
+        vf acc[kRows][DVL];
+        for (int64_t r = 0; r < kRows; ++r)
+          for (int64_t x = 0; x < DVL; ++x) acc[r][x] = load(ob + r * DV + x * kLanes) * corr[r];
+        for (int64_t j = 0; j < kTile; ++j) {
+          vf vv[DVL];
+          for (int64_t x = 0; x < DVL; ++x) vv[x] = load(vh + j * DV + x * kLanes);
+          for (int64_t r = 0; r < kRows; ++r) {
+            const float p = sc[r][j];
+            for (int64_t x = 0; x < DVL; ++x) acc[r][x] += p * vv[x];
+          }
+        }
+        for (int64_t r = 0; r < kRows; ++r)
+          for (int64_t x = 0; x < DVL; ++x) store(ob + r * DV + x * kLanes, acc[r][x]);
+      } else {
+        for (int64_t r = 0; r < kRows; ++r) {
+          float* orow = ob + r * DV;
+          for (int64_t x = 0; x < DV; ++x) orow[x] *= corr[r];
+          for (int64_t j = 0; j < kTile; ++j) {
+            const float p = sc[r][j];
+            const float* vrow = vh + j * DV;
+            for (int64_t x = 0; x < DV; ++x) orow[x] += p * vrow[x];
+          }
+        }
+      }
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r, idx = h * kRows + r;
+      float* dst = A.out + ((b * s.nq + i) * H + h) * DV;
+      const bool ok = l[idx] > 0.f;
+      for (int64_t x = 0; x < DV; ++x) dst[x] = ok ? o[idx * DV + x] / l[idx] : 0.f;
+      A.lse[(b * H + h) * s.nq + i] =
+          ok ? m[idx] + std::log(l[idx]) : std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                         ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> mask,
+                         ffi::Buffer<ffi::F32> fq, ffi::Buffer<ffi::F32> fk,
+                         ffi::Buffer<ffi::F32> tq, ffi::Buffer<ffi::F32> tk,
+                         ffi::Buffer<ffi::F32> as, ffi::Buffer<ffi::F32> bs,
+                         ffi::Buffer<ffi::F32> at, ffi::Buffer<ffi::F32> bt,
+                         ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse,
+                         int32_t metric, int32_t time, float gc_scale2) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 ||
+      ad.size() != 2 || td.size() != 2) {
+    return ffi::Error::InvalidArgument("xnp_rbf_attention: unexpected ranks");
+  }
+  const int64_t nkp = (kd[1] + kTile - 1) / kTile * kTile;
+  AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], nkp};
+  if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
+      vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
+      (metric == kGreatCircle && s.cs != 3)) {
+    return ffi::Error::InvalidArgument("xnp_rbf_attention: inconsistent shapes");
+  }
+  const int64_t B = s.batch, H = s.heads, HFs = H * s.fs, HFt = H * s.ft;
+  std::vector<float> kt(B * H * s.d * nkp, 0.f), vh(B * H * nkp * s.dv, 0.f);
+  std::vector<float> fkt(B * s.cs * nkp, 0.f), tkp(B * nkp, 0.f), mk(B * nkp, 0.f);
+  const float *kp = k.typed_data(), *vp = v.typed_data();
+  parallel_for(pool, B * H, [&](int64_t bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t j = 0; j < s.nk; ++j) {
+      const float* src = kp + ((b * s.nk + j) * H + h) * s.d;
+      for (int64_t x = 0; x < s.d; ++x) kt[(bh * s.d + x) * nkp + j] = src[x];
+      std::memcpy(vh.data() + (bh * nkp + j) * s.dv, vp + ((b * s.nk + j) * H + h) * s.dv,
+                  s.dv * sizeof(float));
+    }
+  });
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < s.nk; ++j) {
+      for (int64_t c = 0; c < s.cs; ++c) {
+        fkt[(b * s.cs + c) * nkp + j] = fk.typed_data()[(b * s.nk + j) * s.cs + c];
+      }
+      tkp[b * nkp + j] = tk.typed_data()[b * s.nk + j];
+      mk[b * nkp + j] = mask.typed_data()[b * s.nk + j];
+    }
+  }
+  std::vector<float> nbs(HFs), nbt(HFt);
+  for (int64_t x = 0; x < HFs; ++x) nbs[x] = -bs.typed_data()[x];
+  for (int64_t x = 0; x < HFt; ++x) nbt[x] = -bt.typed_data()[x];
+  const AttnArgs A{s,           metric,         time != 0,      gc_scale2,
+                   1.0f / std::sqrt(static_cast<float>(s.d)),   q.typed_data(),
+                   kt.data(),   vh.data(),      mk.data(),      fq.typed_data(),
+                   fkt.data(),  tq.typed_data(), tkp.data(),    as.typed_data(),
+                   nbs.data(),  at.typed_data(), nbt.data(),    out->typed_data(),
+                   lse->typed_data()};
+  auto run = [&](auto block) {
+    const int64_t per_b = (s.nq + kRows - 1) / kRows;
+    parallel_for(pool, B * per_b, [&](int64_t blk) {
+      const int64_t b = blk / per_b, i0 = (blk % per_b) * kRows;
+      block(A, b, i0, std::min(kRows, s.nq - i0));
+    });
+  };
+  if (s.dv == kLanes) {
+    run(attention_block<1>);
+  } else if (s.dv == 2 * kLanes) {
+    run(attention_block<2>);
+  } else if (s.dv == 4 * kLanes) {
+    run(attention_block<4>);
+  } else {
+    run(attention_block<0>);
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfGrad, rbf_grad_no_dz,
@@ -304,3 +584,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfBias, rbf_bias,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttention, rbf_attention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // v
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, queries
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, keys
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, queries
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, keys
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, space
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, space
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, time
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, time
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // out
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // lse
+                                  .Attr<int32_t>("metric")
+                                  .Attr<int32_t>("time")
+                                  .Attr<float>("gc_scale2"));
