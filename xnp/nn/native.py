@@ -7,7 +7,14 @@ each evaluating its exponentials again: 15 exponentials per pair and head where 
 are needed, and a third of a training step's time.  The handlers in
 ``_kernels/rbf.cc`` compute the bias (:func:`rbf_bias`) and its gradient
 (:func:`rbf_grad`) in one pass each, with a vectorised exponential about 1.5×
-as fast as XLA's on the machines measured (``docs/benchmarks.md``).
+as fast as XLA's on the machines measured (``docs/benchmarks.md``).  A third,
+:func:`rbf_attention`, is the whole forward pass of biased attention: for a
+block of queries it walks over the keys in tiles, computes each tile's distances
+once for all heads, the bias, the online softmax and the weighted values, and
+stores no ``[Nq, Nk]`` matrix.  :func:`xnp.nn.attention.biased_scan_attention`
+uses it for the RBF biases of :class:`xnp.nn.bias.SpaceTimeBias`, in prediction
+and in the forward pass of training; the backward pass stays the tiled JAX one
+(with the two kernels above inside).
 
 The source is compiled on the machine that runs it, the first time it is needed,
 with the system's C++ compiler (``$CXX``, else ``c++``) and ``-march=native``,
