@@ -27,6 +27,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -160,9 +162,16 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Task& task) {
   state->cv.wait(lock, [&] { return state->done.load() == n; });
 }
 
+// Out of memory inside a handler becomes an error XLA reports, not a crash.
+ffi::Error out_of_memory(const char* name) {
+  return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(name) + ": out of memory");
+}
+
 ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> z,
                     ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
                     ffi::ResultBuffer<ffi::F32> da, ffi::ResultBuffer<ffi::F32> db, float* dz) {
+  try {
+
   const auto gd = g.dimensions();
   const auto zd = z.dimensions();
   const auto ad = a.dimensions();
@@ -207,11 +216,16 @@ ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<f
     db->typed_data()[i] = static_cast<float>(-a.typed_data()[i] * sez);
   }
   return ffi::Error::Success();
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("xnp_rbf_grad");
+  }
 }
 
 // The bias itself, out[b,h,q,k] = sum_f a[h,f] * exp(-b[h,f] * z[b,q,k]).
 ffi::Error rbf_bias(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> a,
                     ffi::Buffer<ffi::F32> b, ffi::ResultBuffer<ffi::F32> out) {
+  try {
+
   const auto zd = z.dimensions();
   const auto ad = a.dimensions();
   if (zd.size() != 3 || ad.size() != 2 || b.dimensions().size() != 2 ||
@@ -261,6 +275,9 @@ ffi::Error rbf_bias(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> z, ffi::Buffer<f
   };
   parallel_for(pool, blocks, task);
   return ffi::Error::Success();
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("xnp_rbf_bias");
+  }
 }
 
 ffi::Error rbf_grad_no_dz(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> z,
@@ -491,6 +508,8 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
                          ffi::Buffer<ffi::F32> at, ffi::Buffer<ffi::F32> bt,
                          ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse,
                          int32_t metric, int32_t time, float gc_scale2) {
+  try {
+
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 ||
@@ -552,6 +571,9 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
     run(attention_block<0>);
   }
   return ffi::Error::Success();
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("xnp_rbf_attention");
+  }
 }
 
 }  // namespace
