@@ -306,7 +306,7 @@ ffi::Error rbf_grad_dz(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffe
 // gets a zero output and lse = +inf (as xnp.nn.attention).
 
 constexpr int64_t kRows = 8;     // queries per block
-constexpr int64_t kTile = 256;   // keys per tile (a multiple of kLanes)
+constexpr int64_t kTile = 256;   // keys per tile at most (a multiple of kLanes)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // arcsin(sqrt(u)) / sqrt(u) = 1 + u * P(u) on [0, 1/2] (coefficients of
@@ -322,7 +322,8 @@ inline vf exp_or_zero(vf x) {
 
 struct AttnShapes {
   int64_t batch, nq, nk, heads, d, dv, cs, fs, ft;
-  int64_t nkp;  // keys padded to a multiple of kTile (padding is masked)
+  int64_t tile;  // keys per tile: kTile, or fewer keys rounded up to whole vectors
+  int64_t nkp;   // keys padded to a multiple of the tile (padding is masked)
 };
 
 enum Metric : int32_t { kNone = 0, kEuclidean = 1, kGreatCircle = 2 };
@@ -339,7 +340,7 @@ struct AttnArgs {
   float *out, *lse;
 };
 
-// Squared scaled distances of query i to the kTile keys from j0: spatial into zs,
+// Squared scaled distances of query i to the tile of keys from j0: spatial into zs,
 // temporal into zt.  Plain loops over the keys, which the compiler vectorises.
 void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* __restrict zs,
                     float* __restrict zt) {
@@ -350,7 +351,7 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
     const float* y = A.fkt + (b * 3 + 1) * s.nkp + j0;
     const float* z = A.fkt + (b * 3 + 2) * s.nkp + j0;
     const float a0 = a[0], a1 = a[1], a2 = a[2], sc = A.gc_scale2;
-    for (int64_t j = 0; j < kTile; ++j) {
+    for (int64_t j = 0; j < s.tile; ++j) {
       const float d0 = a0 - x[j], d1 = a1 - y[j], d2 = a2 - z[j];
       const float s0 = a0 + x[j], s1 = a1 + y[j], s2v = a2 + z[j];
       const float c2 = d0 * d0 + d1 * d1 + d2 * d2;
@@ -370,11 +371,11 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
       zs[j] = sc * (near ? 4.0f * u * g * g : far * far);
     }
   } else if (A.metric == kEuclidean) {
-    for (int64_t j = 0; j < kTile; ++j) zs[j] = 0.f;
+    for (int64_t j = 0; j < s.tile; ++j) zs[j] = 0.f;
     for (int64_t c = 0; c < s.cs; ++c) {
       const float a = A.fq[(b * s.nq + i) * s.cs + c];
       const float* x = A.fkt + (b * s.cs + c) * s.nkp + j0;
-      for (int64_t j = 0; j < kTile; ++j) {
+      for (int64_t j = 0; j < s.tile; ++j) {
         const float d = a - x[j];
         zs[j] += d * d;
       }
@@ -383,7 +384,7 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
   if (A.time) {
     const float ti = A.tq[b * s.nq + i];
     const float* t = A.tk + b * s.nkp + j0;
-    for (int64_t j = 0; j < kTile; ++j) {
+    for (int64_t j = 0; j < s.tile; ++j) {
       const float d = ti - t[j];
       zt[j] = d * d;
     }
@@ -398,7 +399,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
   alignas(64) float zs[kRows][kTile], zt[kRows][kTile], sc[kRows][kTile];
   std::vector<float> o(H * kRows * DV, 0.f), m(H * kRows, kNegInf), l(H * kRows, 0.f);
   std::vector<float> qs(kRows * D);
-  for (int64_t j0 = 0; j0 < s.nkp; j0 += kTile) {
+  for (int64_t j0 = 0; j0 < s.nkp; j0 += s.tile) {
     for (int64_t r = 0; r < kRows; ++r) {
       tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
     }
@@ -415,7 +416,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
       const float* nbt = A.nbt + h * s.ft;
       vf mx[kRows];
       for (int64_t r = 0; r < kRows; ++r) mx[r] = splat(kNegInf);
-      for (int64_t j = 0; j < kTile; j += kLanes) {
+      for (int64_t j = 0; j < s.tile; j += kLanes) {
         vf acc[kRows] = {};
         for (int64_t x = 0; x < D; ++x) {
           const vf kv = load(kt + x * s.nkp + j);
@@ -447,25 +448,25 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
         corr[r] = (m[idx] == kNegInf || m_new[r] == kNegInf) ? 0.f : std::exp(m[idx] - m_new[r]);
         vf sum = vf{};
         if (m_new[r] != kNegInf) {
-          for (int64_t j = 0; j < kTile; j += kLanes) {
+          for (int64_t j = 0; j < s.tile; j += kLanes) {
             const vf p = exp_or_zero(load(sc[r] + j) - m_new[r]);
             store(sc[r] + j, p);
             sum += p;
           }
         } else {
-          for (int64_t j = 0; j < kTile; ++j) sc[r][j] = 0.f;
+          for (int64_t j = 0; j < s.tile; ++j) sc[r][j] = 0.f;
         }
         l[idx] = l[idx] * corr[r] + static_cast<float>(hsum(sum));
         m[idx] = m_new[r];
       }
-      const float* vh = A.vh + ((b * H + h) * s.nkp + j0) * DV;  // [kTile, Dv] rows
+      const float* vh = A.vh + ((b * H + h) * s.nkp + j0) * DV;  // [tile, Dv] rows
       float* ob = o.data() + h * kRows * DV;
       if constexpr (DVL > 0) {
         // the rows' outputs stay in registers over the tile's keys
         vf acc[kRows][DVL];
         for (int64_t r = 0; r < kRows; ++r)
           for (int64_t x = 0; x < DVL; ++x) acc[r][x] = load(ob + r * DV + x * kLanes) * corr[r];
-        for (int64_t j = 0; j < kTile; ++j) {
+        for (int64_t j = 0; j < s.tile; ++j) {
           vf vv[DVL];
           for (int64_t x = 0; x < DVL; ++x) vv[x] = load(vh + j * DV + x * kLanes);
           for (int64_t r = 0; r < kRows; ++r) {
@@ -479,7 +480,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
         for (int64_t r = 0; r < kRows; ++r) {
           float* orow = ob + r * DV;
           for (int64_t x = 0; x < DV; ++x) orow[x] *= corr[r];
-          for (int64_t j = 0; j < kTile; ++j) {
+          for (int64_t j = 0; j < s.tile; ++j) {
             const float p = sc[r][j];
             const float* vrow = vh + j * DV;
             for (int64_t x = 0; x < DV; ++x) orow[x] += p * vrow[x];
@@ -516,8 +517,9 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
       ad.size() != 2 || td.size() != 2) {
     return ffi::Error::InvalidArgument("xnp_rbf_attention: unexpected ranks");
   }
-  const int64_t nkp = (kd[1] + kTile - 1) / kTile * kTile;
-  AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], nkp};
+  const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, kTile);
+  const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
+  AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
   if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
       vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
       (metric == kGreatCircle && s.cs != 3)) {
