@@ -206,11 +206,13 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     Batch tiles of ``tiles[0]`` elements run one after another, so that a score tile
     ``[b_tile, H, q_tile, k_tile]`` stays in the CPU's caches through the chain of
     operations on it (writing it to memory and back costs more than the arithmetic).
-    With an RBF bias (``fns[2]``, an :class:`~xnp.nn.bias.RBFSpec`) on the CPU, one
-    native kernel computes the same (:func:`xnp.nn.native.rbf_attention`).
+    With an RBF bias (``fns[2]``, an :class:`~xnp.nn.bias.RBFSpec`) and float32
+    inputs on the CPU, one native kernel computes the same
+    (:func:`xnp.nn.native.rbf_attention`).
     """
     spec = fns[2] if len(fns) > 2 else None
-    if spec is not None and native.enabled():
+    float32 = all(x.dtype == jnp.float32 for x in (q, k, v))
+    if spec is not None and float32 and native.enabled():
         args = (q, k, v, qf, kf, mask, consts)
         return jax.lax.platform_dependent(
             *args,
@@ -572,8 +574,14 @@ def biased_scan_attention(
     kc_bwd = kc // 2 if kc % 16 == 0 else kc
     h = q.shape[2]
     bc, bc_bwd = (_batch_tile(b, h * qc * n, b_chunk) for n in (kc, kc_bwd))
+    native_rbf = getattr(bias_fn, "native_rbf", None)
     if bias_fn is None:
         fns, consts = (None, None), []
+    elif native_rbf is not None:
+        # an RBF bias (SpaceTimeBias.bind): a static spec and explicit weights, for
+        # tiles of any batch size; on the CPU the forward pass is one native kernel
+        spec, weights = native_rbf
+        fns, consts = (spec.bias, spec.bias, spec), list(weights)
     else:
         try:
             fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc_bwd, kc_bwd)))
@@ -586,12 +594,6 @@ def biased_scan_attention(
             fns, consts = _convert_bias(bias_fn, qf_p, kf_p, h, qc, ((bc, kc), (bc, kc_bwd)))
         if fns[1] is None:
             fns, bc_bwd, kc_bwd = (fns[0], fns[0]), bc, kc
-    native_rbf = getattr(bias_fn, "native_rbf", None)
-    if native_rbf is not None and all(x.dtype == jnp.float32 for x in (q, k, v)):
-        # an RBF bias (SpaceTimeBias.bind): explicit weights, and the fused kernel
-        # for the forward pass on the CPU; the backward pass is the same either way
-        spec, weights = native_rbf
-        fns, consts = (spec.bias, spec.bias, spec), list(weights)
     tiles = (bc, qc, kc, bc_bwd, kc_bwd)
     args = (q_p, k_p, v_p, qf_p, kf_p, mask_p, list(consts))
     if bias_fn is None or bias_bounds is None:

@@ -297,7 +297,6 @@ def rbf_attention(q, k, v, mask, q_feats, k_feats, spec, weights):
     def feats(tree, key, n):
         return tree[key].astype(f32) if key in (tree or {}) else jnp.zeros((b, n, 1), f32)
 
-    use_s, use_t = spec.metric != "none", spec.temporal
     outs = (
         jax.ShapeDtypeStruct((b, nq, h, v.shape[-1]), f32),
         jax.ShapeDtypeStruct((b, h, nq), f32),
@@ -307,14 +306,14 @@ def rbf_attention(q, k, v, mask, q_feats, k_feats, spec, weights):
         k.astype(f32),
         v.astype(f32),
         mask.astype(f32),
-        feats(q_feats, "s", nq) if use_s else jnp.zeros((b, nq, 1), f32),
-        feats(k_feats, "s", nk) if use_s else jnp.zeros((b, nk, 1), f32),
-        feats(q_feats, "t", nq),
+        feats(q_feats, "s", nq),  # absent without a spatial metric
+        feats(k_feats, "s", nk),
+        feats(q_feats, "t", nq),  # absent without a temporal bias
         feats(k_feats, "t", nk),
         *space,
         *time,
         metric=np.int32(_METRICS[spec.metric]),
-        time=np.int32(use_t),
+        time=np.int32(spec.temporal),
         gc_scale2=np.float32(spec.gc_scale**2),
     )
     return out.astype(v.dtype), lse

@@ -19,12 +19,12 @@
 // below is lowered to whatever the machine has (AVX-512, AVX2, NEON, ...).
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -162,6 +162,19 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Task& task) {
   state->cv.wait(lock, [&] { return state->done.load() == n; });
 }
 
+// Rows of a [rows, keys] tile per block, and the number of blocks: about 16 KiB of
+// keys a block and at most 64 blocks, enough to balance two to a few dozen threads
+// and few enough that the per-block sums cost nothing.  Depends on the shapes only.
+struct RowBlocks {
+  int64_t per_block, blocks;
+};
+
+RowBlocks row_blocks(int64_t rows, int64_t keys) {
+  const int64_t per_block =
+      std::max<int64_t>({1, 4096 / std::max<int64_t>(keys, 1), (rows + 63) / 64});
+  return {per_block, rows == 0 ? 0 : (rows + per_block - 1) / per_block};
+}
+
 // Out of memory inside a handler becomes an error XLA reports, not a crash.
 ffi::Error out_of_memory(const char* name) {
   return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(name) + ": out of memory");
@@ -171,51 +184,47 @@ ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<f
                     ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
                     ffi::ResultBuffer<ffi::F32> da, ffi::ResultBuffer<ffi::F32> db, float* dz) {
   try {
-
-  const auto gd = g.dimensions();
-  const auto zd = z.dimensions();
-  const auto ad = a.dimensions();
-  if (gd.size() != 4 || zd.size() != 3 || ad.size() != 2 || b.dimensions().size() != 2) {
-    return ffi::Error::InvalidArgument("xnp_rbf_grad: expected g[B,H,Q,K], z[B,Q,K], a/b[H,F]");
-  }
-  const Shapes s{gd[0], gd[1], gd[2], gd[3], ad[1]};
-  if (zd[0] != s.batch || zd[1] != s.queries || zd[2] != s.keys || ad[0] != s.heads ||
-      b.dimensions()[0] != s.heads || b.dimensions()[1] != s.basis) {
-    return ffi::Error::InvalidArgument("xnp_rbf_grad: inconsistent shapes");
-  }
-  if (s.basis > kMaxBasis) {
-    return ffi::Error::InvalidArgument("xnp_rbf_grad: more than 16 basis functions");
-  }
-  const int64_t HF = s.heads * s.basis;
-  std::vector<float> neg_b(HF), c(HF);
-  for (int64_t i = 0; i < HF; ++i) {
-    neg_b[i] = -b.typed_data()[i];
-    c[i] = -a.typed_data()[i] * b.typed_data()[i];
-  }
-  const int64_t rows = s.batch * s.queries;
-  // blocks of about 16 KiB of z each, at most 64: enough to balance two to a few
-  // dozen threads, few enough that the per-block sums cost nothing
-  const int64_t per_block =
-      std::max<int64_t>({1, 4096 / std::max<int64_t>(s.keys, 1), (rows + 63) / 64});
-  const int64_t blocks = rows == 0 ? 0 : (rows + per_block - 1) / per_block;
-  std::vector<double> sums(blocks * HF * 2, 0.0);
-  const float* gp = g.typed_data();
-  const float* zp = z.typed_data();
-  auto task = [&](int64_t i) {
-    const int64_t r0 = i * per_block, r1 = std::min(rows, r0 + per_block);
-    rows_block(s, gp, zp, neg_b.data(), c.data(), dz, r0, r1, sums.data() + i * HF * 2);
-  };
-  parallel_for(pool, blocks, task);
-  for (int64_t i = 0; i < HF; ++i) {
-    double se = 0.0, sez = 0.0;
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      se += sums[blk * HF * 2 + 2 * i];
-      sez += sums[blk * HF * 2 + 2 * i + 1];
+    const auto gd = g.dimensions();
+    const auto zd = z.dimensions();
+    const auto ad = a.dimensions();
+    if (gd.size() != 4 || zd.size() != 3 || ad.size() != 2 || b.dimensions().size() != 2) {
+      return ffi::Error::InvalidArgument("xnp_rbf_grad: expected g[B,H,Q,K], z[B,Q,K], a/b[H,F]");
     }
-    da->typed_data()[i] = static_cast<float>(se);
-    db->typed_data()[i] = static_cast<float>(-a.typed_data()[i] * sez);
-  }
-  return ffi::Error::Success();
+    const Shapes s{gd[0], gd[1], gd[2], gd[3], ad[1]};
+    if (zd[0] != s.batch || zd[1] != s.queries || zd[2] != s.keys || ad[0] != s.heads ||
+        b.dimensions()[0] != s.heads || b.dimensions()[1] != s.basis) {
+      return ffi::Error::InvalidArgument("xnp_rbf_grad: inconsistent shapes");
+    }
+    if (s.basis > kMaxBasis) {
+      return ffi::Error::InvalidArgument("xnp_rbf_grad: more than 16 basis functions");
+    }
+    const int64_t HF = s.heads * s.basis;
+    std::vector<float> neg_b(HF), c(HF);
+    for (int64_t i = 0; i < HF; ++i) {
+      neg_b[i] = -b.typed_data()[i];
+      c[i] = -a.typed_data()[i] * b.typed_data()[i];
+    }
+    const int64_t rows = s.batch * s.queries;
+    const RowBlocks rb = row_blocks(rows, s.keys);
+    const int64_t per_block = rb.per_block, blocks = rb.blocks;
+    std::vector<double> sums(blocks * HF * 2, 0.0);
+    const float* gp = g.typed_data();
+    const float* zp = z.typed_data();
+    auto task = [&](int64_t i) {
+      const int64_t r0 = i * per_block, r1 = std::min(rows, r0 + per_block);
+      rows_block(s, gp, zp, neg_b.data(), c.data(), dz, r0, r1, sums.data() + i * HF * 2);
+    };
+    parallel_for(pool, blocks, task);
+    for (int64_t i = 0; i < HF; ++i) {
+      double se = 0.0, sez = 0.0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        se += sums[blk * HF * 2 + 2 * i];
+        sez += sums[blk * HF * 2 + 2 * i + 1];
+      }
+      da->typed_data()[i] = static_cast<float>(se);
+      db->typed_data()[i] = static_cast<float>(-a.typed_data()[i] * sez);
+    }
+    return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_grad");
   }
@@ -225,56 +234,54 @@ ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<f
 ffi::Error rbf_bias(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> a,
                     ffi::Buffer<ffi::F32> b, ffi::ResultBuffer<ffi::F32> out) {
   try {
-
-  const auto zd = z.dimensions();
-  const auto ad = a.dimensions();
-  if (zd.size() != 3 || ad.size() != 2 || b.dimensions().size() != 2 ||
-      b.dimensions()[0] != ad[0] || b.dimensions()[1] != ad[1]) {
-    return ffi::Error::InvalidArgument("xnp_rbf_bias: expected z[B,Q,K], a/b[H,F]");
-  }
-  const Shapes s{zd[0], ad[0], zd[1], zd[2], ad[1]};
-  if (s.basis > kMaxBasis) {
-    return ffi::Error::InvalidArgument("xnp_rbf_bias: more than 16 basis functions");
-  }
-  const int64_t HF = s.heads * s.basis, K = s.keys, Q = s.queries, F = s.basis;
-  std::vector<float> neg_b(HF), av(HF);
-  for (int64_t i = 0; i < HF; ++i) {
-    neg_b[i] = -b.typed_data()[i];
-    av[i] = a.typed_data()[i];
-  }
-  const int64_t rows = s.batch * Q;
-  const int64_t per_block =
-      std::max<int64_t>({1, 4096 / std::max<int64_t>(K, 1), (rows + 63) / 64});
-  const int64_t blocks = rows == 0 ? 0 : (rows + per_block - 1) / per_block;
-  const float* zp = z.typed_data();
-  float* op = out->typed_data();
-  const int64_t full = K - K % kLanes;
-  auto task = [&](int64_t i) {
-    const int64_t r1 = std::min(rows, (i + 1) * per_block);
-    for (int64_t row = i * per_block; row < r1; ++row) {
-      const int64_t bi = row / Q, qi = row % Q;
-      const float* zr = zp + row * K;
-      for (int64_t h = 0; h < s.heads; ++h) {
-        float* orow = op + ((bi * s.heads + h) * Q + qi) * K;
-        auto lanes = [&](vf zz) {
-          vf acc = vf{};
-          for (int64_t f = 0; f < F; ++f) {
-            acc += av[h * F + f] * exp_nonpositive(zz * neg_b[h * F + f]);
+    const auto zd = z.dimensions();
+    const auto ad = a.dimensions();
+    if (zd.size() != 3 || ad.size() != 2 || b.dimensions().size() != 2 ||
+        b.dimensions()[0] != ad[0] || b.dimensions()[1] != ad[1]) {
+      return ffi::Error::InvalidArgument("xnp_rbf_bias: expected z[B,Q,K], a/b[H,F]");
+    }
+    const Shapes s{zd[0], ad[0], zd[1], zd[2], ad[1]};
+    if (s.basis > kMaxBasis) {
+      return ffi::Error::InvalidArgument("xnp_rbf_bias: more than 16 basis functions");
+    }
+    const int64_t HF = s.heads * s.basis, K = s.keys, Q = s.queries, F = s.basis;
+    std::vector<float> neg_b(HF), av(HF);
+    for (int64_t i = 0; i < HF; ++i) {
+      neg_b[i] = -b.typed_data()[i];
+      av[i] = a.typed_data()[i];
+    }
+    const int64_t rows = s.batch * Q;
+    const RowBlocks rb = row_blocks(rows, K);
+    const int64_t per_block = rb.per_block, blocks = rb.blocks;
+    const float* zp = z.typed_data();
+    float* op = out->typed_data();
+    const int64_t full = K - K % kLanes;
+    auto task = [&](int64_t i) {
+      const int64_t r1 = std::min(rows, (i + 1) * per_block);
+      for (int64_t row = i * per_block; row < r1; ++row) {
+        const int64_t bi = row / Q, qi = row % Q;
+        const float* zr = zp + row * K;
+        for (int64_t h = 0; h < s.heads; ++h) {
+          float* orow = op + ((bi * s.heads + h) * Q + qi) * K;
+          auto lanes = [&](vf zz) {
+            vf acc = vf{};
+            for (int64_t f = 0; f < F; ++f) {
+              acc += av[h * F + f] * exp_nonpositive(zz * neg_b[h * F + f]);
+            }
+            return acc;
+          };
+          for (int64_t k = 0; k < full; k += kLanes) store(orow + k, lanes(load(zr + k)));
+          if (full < K) {
+            vf zz = vf{};
+            std::memcpy(&zz, zr + full, (K - full) * sizeof(float));
+            const vf acc = lanes(zz);
+            std::memcpy(orow + full, &acc, (K - full) * sizeof(float));
           }
-          return acc;
-        };
-        for (int64_t k = 0; k < full; k += kLanes) store(orow + k, lanes(load(zr + k)));
-        if (full < K) {
-          vf zz = vf{};
-          std::memcpy(&zz, zr + full, (K - full) * sizeof(float));
-          const vf acc = lanes(zz);
-          std::memcpy(orow + full, &acc, (K - full) * sizeof(float));
         }
       }
-    }
-  };
-  parallel_for(pool, blocks, task);
-  return ffi::Error::Success();
+    };
+    parallel_for(pool, blocks, task);
+    return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_bias");
   }
@@ -510,69 +517,68 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
                          ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse,
                          int32_t metric, int32_t time, float gc_scale2) {
   try {
-
-  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
-  const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 ||
-      ad.size() != 2 || td.size() != 2) {
-    return ffi::Error::InvalidArgument("xnp_rbf_attention: unexpected ranks");
-  }
-  const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, kTile);
-  const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
-  AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
-  if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
-      vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
-      (metric == kGreatCircle && s.cs != 3)) {
-    return ffi::Error::InvalidArgument("xnp_rbf_attention: inconsistent shapes");
-  }
-  const int64_t B = s.batch, H = s.heads, HFs = H * s.fs, HFt = H * s.ft;
-  std::vector<float> kt(B * H * s.d * nkp, 0.f), vh(B * H * nkp * s.dv, 0.f);
-  std::vector<float> fkt(B * s.cs * nkp, 0.f), tkp(B * nkp, 0.f), mk(B * nkp, 0.f);
-  const float *kp = k.typed_data(), *vp = v.typed_data();
-  parallel_for(pool, B * H, [&](int64_t bh) {
-    const int64_t b = bh / H, h = bh % H;
-    for (int64_t j = 0; j < s.nk; ++j) {
-      const float* src = kp + ((b * s.nk + j) * H + h) * s.d;
-      for (int64_t x = 0; x < s.d; ++x) kt[(bh * s.d + x) * nkp + j] = src[x];
-      std::memcpy(vh.data() + (bh * nkp + j) * s.dv, vp + ((b * s.nk + j) * H + h) * s.dv,
-                  s.dv * sizeof(float));
+    const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+    const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
+    if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 ||
+        ad.size() != 2 || td.size() != 2) {
+      return ffi::Error::InvalidArgument("xnp_rbf_attention: unexpected ranks");
     }
-  });
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t j = 0; j < s.nk; ++j) {
-      for (int64_t c = 0; c < s.cs; ++c) {
-        fkt[(b * s.cs + c) * nkp + j] = fk.typed_data()[(b * s.nk + j) * s.cs + c];
+    const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, kTile);
+    const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
+    AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
+    if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
+        vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
+        (metric == kGreatCircle && s.cs != 3)) {
+      return ffi::Error::InvalidArgument("xnp_rbf_attention: inconsistent shapes");
+    }
+    const int64_t B = s.batch, H = s.heads, HFs = H * s.fs, HFt = H * s.ft;
+    std::vector<float> kt(B * H * s.d * nkp, 0.f), vh(B * H * nkp * s.dv, 0.f);
+    std::vector<float> fkt(B * s.cs * nkp, 0.f), tkp(B * nkp, 0.f), mk(B * nkp, 0.f);
+    const float *kp = k.typed_data(), *vp = v.typed_data();
+    parallel_for(pool, B * H, [&](int64_t bh) {
+      const int64_t b = bh / H, h = bh % H;
+      for (int64_t j = 0; j < s.nk; ++j) {
+        const float* src = kp + ((b * s.nk + j) * H + h) * s.d;
+        for (int64_t x = 0; x < s.d; ++x) kt[(bh * s.d + x) * nkp + j] = src[x];
+        std::memcpy(vh.data() + (bh * nkp + j) * s.dv, vp + ((b * s.nk + j) * H + h) * s.dv,
+                    s.dv * sizeof(float));
       }
-      tkp[b * nkp + j] = tk.typed_data()[b * s.nk + j];
-      mk[b * nkp + j] = mask.typed_data()[b * s.nk + j];
-    }
-  }
-  std::vector<float> nbs(HFs), nbt(HFt);
-  for (int64_t x = 0; x < HFs; ++x) nbs[x] = -bs.typed_data()[x];
-  for (int64_t x = 0; x < HFt; ++x) nbt[x] = -bt.typed_data()[x];
-  const AttnArgs A{s,           metric,         time != 0,      gc_scale2,
-                   1.0f / std::sqrt(static_cast<float>(s.d)),   q.typed_data(),
-                   kt.data(),   vh.data(),      mk.data(),      fq.typed_data(),
-                   fkt.data(),  tq.typed_data(), tkp.data(),    as.typed_data(),
-                   nbs.data(),  at.typed_data(), nbt.data(),    out->typed_data(),
-                   lse->typed_data()};
-  auto run = [&](auto block) {
-    const int64_t per_b = (s.nq + kRows - 1) / kRows;
-    parallel_for(pool, B * per_b, [&](int64_t blk) {
-      const int64_t b = blk / per_b, i0 = (blk % per_b) * kRows;
-      block(A, b, i0, std::min(kRows, s.nq - i0));
     });
-  };
-  if (s.dv == kLanes) {
-    run(attention_block<1>);
-  } else if (s.dv == 2 * kLanes) {
-    run(attention_block<2>);
-  } else if (s.dv == 4 * kLanes) {
-    run(attention_block<4>);
-  } else {
-    run(attention_block<0>);
-  }
-  return ffi::Error::Success();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < s.nk; ++j) {
+        for (int64_t c = 0; c < s.cs; ++c) {
+          fkt[(b * s.cs + c) * nkp + j] = fk.typed_data()[(b * s.nk + j) * s.cs + c];
+        }
+        tkp[b * nkp + j] = tk.typed_data()[b * s.nk + j];
+        mk[b * nkp + j] = mask.typed_data()[b * s.nk + j];
+      }
+    }
+    std::vector<float> nbs(HFs), nbt(HFt);
+    for (int64_t x = 0; x < HFs; ++x) nbs[x] = -bs.typed_data()[x];
+    for (int64_t x = 0; x < HFt; ++x) nbt[x] = -bt.typed_data()[x];
+    const AttnArgs A{s,           metric,         time != 0,      gc_scale2,
+                     1.0f / std::sqrt(static_cast<float>(s.d)),   q.typed_data(),
+                     kt.data(),   vh.data(),      mk.data(),      fq.typed_data(),
+                     fkt.data(),  tq.typed_data(), tkp.data(),    as.typed_data(),
+                     nbs.data(),  at.typed_data(), nbt.data(),    out->typed_data(),
+                     lse->typed_data()};
+    auto run = [&](auto block) {
+      const int64_t per_b = (s.nq + kRows - 1) / kRows;
+      parallel_for(pool, B * per_b, [&](int64_t blk) {
+        const int64_t b = blk / per_b, i0 = (blk % per_b) * kRows;
+        block(A, b, i0, std::min(kRows, s.nq - i0));
+      });
+    };
+    if (s.dv == kLanes) {
+      run(attention_block<1>);
+    } else if (s.dv == 2 * kLanes) {
+      run(attention_block<2>);
+    } else if (s.dv == 4 * kLanes) {
+      run(attention_block<4>);
+    } else {
+      run(attention_block<0>);
+    }
+    return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_attention");
   }
@@ -580,26 +586,26 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfGrad, rbf_grad_no_dz,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+namespace {
+
+// g, z, a, b in; da, db out (the handler with dz adds one more result)
+auto rbf_grad_binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Ret<ffi::Buffer<ffi::F32>>()
+      .Ret<ffi::Buffer<ffi::F32>>();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfGrad, rbf_grad_no_dz, rbf_grad_binding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfGradDz, rbf_grad_dz,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                              rbf_grad_binding().Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfBias, rbf_bias,
                               ffi::Ffi::Bind()
