@@ -311,7 +311,6 @@ def _bsa_bwd(fns, tiles, res, d_out):
     (q, k, v, qf, kf, mask, consts, _), needed, out, lse = res
     if isinstance(d_out, SymbolicZero):
         d_out = jnp.zeros(d_out.shape, d_out.dtype)
-    bc = tiles[3]
     # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
     splits = tuple(
@@ -319,21 +318,30 @@ def _bsa_bwd(fns, tiles, res, d_out):
         for tree, need in ((qf, needed[3]), (kf, needed[4]), (consts, needed[6]))
     )
     qf_split, kf_split, c_split = splits
-    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
     data = (q, k, v, qf, kf, mask, d_out, lse, delta)
-    dc0 = zeros_f32(c_split.floats(consts))
-    # one batch tile at a time, as in the forward; the cotangents of q, k, v and the
-    # features are per batch element, those of the bias weights accumulate
-    grads, dc = _over_batch_tiles(
-        lambda data, dc: _backward_tiles(fns[1], tiles, splits, consts, data, dc),
-        data,
-        lambda: _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)),
-        dc0,
-        bc,
-    )
-    dq, dk, dv, dqf, dkf = grads
+    spec = fns[2] if len(fns) > 2 else None
+    float32 = all(x.dtype == jnp.float32 for x in (q, k, v, d_out))
+    features_fixed = not qf_split.floats(qf) and not kf_split.floats(kf)
+    if spec is not None and float32 and features_fixed and native.enabled():
+        # an RBF bias and no cotangent for the features: on the CPU one native kernel
+        def cpu(consts, *data):
+            q, k, v, qf, kf, mask, d_out, lse, delta = data
+            dq, dk, dv, dw = native.rbf_attention_bwd(
+                q, k, v, mask, qf, kf, spec, consts, d_out, lse, delta
+            )
+            return dq, dk, dv, [], [], c_split.floats(dw)
+
+        grads = jax.lax.platform_dependent(
+            consts,
+            *data,
+            cpu=cpu,
+            default=lambda consts, *data: _backward_xla(fns, tiles, splits, consts, data),
+        )
+    else:
+        grads = _backward_xla(fns, tiles, splits, consts, data)
+    dq, dk, dv, dqf, dkf, dc = grads
     return (
-        dq,
+        dq.astype(q.dtype),
         dk.astype(k.dtype),
         dv.astype(v.dtype),
         qf_split.cotangent(qf, dqf),
@@ -342,6 +350,28 @@ def _bsa_bwd(fns, tiles, res, d_out):
         c_split.cotangent(consts, dc),
         None,  # the output does not depend on the shift bound (softmax shift invariance)
     )
+
+
+def _backward_xla(fns, tiles, splits, consts, data):
+    """:func:`_bsa_bwd` as tiled JAX loops: ``(dq, dk, dv, dqf, dkf, dc)``.
+
+    ``dqf``, ``dkf`` and ``dc`` are lists of the cotangents of the leaves that
+    need one (see :class:`_GradLeaves`).
+    """
+    q, k, v, qf, kf = data[:5]
+    qf_split, kf_split, c_split = splits
+    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
+    dc0 = zeros_f32(c_split.floats(consts))
+    # one batch tile at a time, as in the forward; the cotangents of q, k, v and the
+    # features are per batch element, those of the bias weights accumulate
+    grads, dc = _over_batch_tiles(
+        lambda data, dc: _backward_tiles(fns[1], tiles, splits, consts, data, dc),
+        data,
+        lambda: _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)),
+        dc0,
+        tiles[3],
+    )
+    return (*grads, dc)
 
 
 def _zero_cotangents(q, k, v, qf_floats, kf_floats):

@@ -13,8 +13,10 @@ block of queries it walks over the keys in tiles, computes each tile's distances
 once for all heads, the bias, the online softmax and the weighted values, and
 stores no ``[Nq, Nk]`` matrix.  :func:`xnp.nn.attention.biased_scan_attention`
 uses it for the RBF biases of :class:`xnp.nn.bias.SpaceTimeBias`, in prediction
-and in the forward pass of training; the backward pass stays the tiled JAX one
-(with the two kernels above inside).
+and in the forward pass of training.  A fourth, :func:`rbf_attention_bwd`, is its
+backward pass (FlashAttention-2: scores and softmax recomputed tile by tile), used
+in training whenever the point locations need no gradient; otherwise the tiled
+JAX backward runs, with the two kernels above inside.
 
 The source is compiled on the machine that runs it, the first time it is needed,
 with the system's C++ compiler (``$CXX``, else ``c++``) and ``-march=native``,
@@ -63,6 +65,7 @@ __all__ = [
     "cache_dir",
     "enabled",
     "rbf_attention",
+    "rbf_attention_bwd",
     "rbf_bias",
     "rbf_bias_reference",
     "rbf_grad",
@@ -77,6 +80,7 @@ _TARGETS = {
     "xnp_rbf_grad_dz": "XnpRbfGradDz",
     "xnp_rbf_bias": "XnpRbfBias",
     "xnp_rbf_attention": "XnpRbfAttention",
+    "xnp_rbf_attention_bwd": "XnpRbfAttentionBwd",
 }
 _FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC", "-w")
 _COMPILE_TIMEOUT_S = 300
@@ -274,6 +278,39 @@ def rbf_grad(a, b, z, g, *, want_dz: bool):
 _METRICS = {"none": 0, "euclidean": 1, "great_circle": 2}
 
 
+def _attention_operands(q, k, v, mask, q_feats, k_feats, spec, weights):
+    """The operands and attributes shared by the forward and backward kernels."""
+    f32 = jnp.float32
+    b, nq, h, _ = q.shape
+    nk = k.shape[1]
+    w = [x.astype(f32) for x in weights]
+    dummy_w = jnp.zeros((h, 1), f32)
+    space = (w.pop(0), w.pop(0)) if spec.metric != "none" else (dummy_w, dummy_w)
+    time = (w.pop(0), w.pop(0)) if spec.temporal else (dummy_w, dummy_w)
+
+    def feats(tree, key, n):
+        return tree[key].astype(f32) if key in (tree or {}) else jnp.zeros((b, n, 1), f32)
+
+    operands = (
+        q.astype(f32),
+        k.astype(f32),
+        v.astype(f32),
+        mask.astype(f32),
+        feats(q_feats, "s", nq),  # absent without a spatial metric
+        feats(k_feats, "s", nk),
+        feats(q_feats, "t", nq),  # absent without a temporal bias
+        feats(k_feats, "t", nk),
+        *space,
+        *time,
+    )
+    attrs = {
+        "metric": np.int32(_METRICS[spec.metric]),
+        "time": np.int32(spec.temporal),
+        "gc_scale2": np.float32(spec.gc_scale**2),
+    }
+    return operands, attrs
+
+
 def rbf_attention(q, k, v, mask, q_feats, k_feats, spec, weights):
     """Biased attention with an RBF bias in one native kernel: ``(out, lse)``.
 
@@ -288,32 +325,44 @@ def rbf_attention(q, k, v, mask, q_feats, k_feats, spec, weights):
     """
     f32 = jnp.float32
     b, nq, h, _ = q.shape
-    nk = k.shape[1]
-    w = [x.astype(f32) for x in weights]
-    dummy_w = jnp.zeros((h, 1), f32)
-    space = (w.pop(0), w.pop(0)) if spec.metric != "none" else (dummy_w, dummy_w)
-    time = (w.pop(0), w.pop(0)) if spec.temporal else (dummy_w, dummy_w)
-
-    def feats(tree, key, n):
-        return tree[key].astype(f32) if key in (tree or {}) else jnp.zeros((b, n, 1), f32)
-
+    operands, attrs = _attention_operands(q, k, v, mask, q_feats, k_feats, spec, weights)
     outs = (
         jax.ShapeDtypeStruct((b, nq, h, v.shape[-1]), f32),
         jax.ShapeDtypeStruct((b, h, nq), f32),
     )
-    out, lse = jax.ffi.ffi_call("xnp_rbf_attention", outs, vmap_method="sequential")(
-        q.astype(f32),
-        k.astype(f32),
-        v.astype(f32),
-        mask.astype(f32),
-        feats(q_feats, "s", nq),  # absent without a spatial metric
-        feats(k_feats, "s", nk),
-        feats(q_feats, "t", nq),  # absent without a temporal bias
-        feats(k_feats, "t", nk),
-        *space,
-        *time,
-        metric=np.int32(_METRICS[spec.metric]),
-        time=np.int32(spec.temporal),
-        gc_scale2=np.float32(spec.gc_scale**2),
-    )
+    call = jax.ffi.ffi_call("xnp_rbf_attention", outs, vmap_method="sequential")
+    out, lse = call(*operands, **attrs)
     return out.astype(v.dtype), lse
+
+
+def rbf_attention_bwd(q, k, v, mask, q_feats, k_feats, spec, weights, d_out, lse, delta):
+    """Cotangents of :func:`rbf_attention`'s output in one native kernel.
+
+    For the output's cotangent ``d_out`` ``[B, Nq, H, Dv]``, the forward's ``lse``
+    ``[B, H, Nq]`` and ``delta = Σ_d d_out · out`` ``[B, H, Nq]``, returns
+    ``(dq, dk, dv, dweights)``: the cotangents of ``q``, ``k``, ``v`` and of each
+    array of ``weights``.  The scores, bias and softmax are recomputed tile by tile
+    (FlashAttention-2) and no ``[Nq, Nk]`` matrix is stored.  The features get no
+    cotangent: callers use the tiled JAX backward pass when they need one.  The
+    result does not depend on the number of threads.  CPU only, float32.
+    """
+    f32 = jnp.float32
+    h = q.shape[2]
+    operands, attrs = _attention_operands(q, k, v, mask, q_feats, k_feats, spec, weights)
+    n_space, n_time = operands[8].shape[1], operands[10].shape[1]
+    outs = (
+        jax.ShapeDtypeStruct(q.shape, f32),
+        jax.ShapeDtypeStruct(k.shape, f32),
+        jax.ShapeDtypeStruct(v.shape, f32),
+        jax.ShapeDtypeStruct((h, n_space), f32),
+        jax.ShapeDtypeStruct((h, n_space), f32),
+        jax.ShapeDtypeStruct((h, n_time), f32),
+        jax.ShapeDtypeStruct((h, n_time), f32),
+    )
+    call = jax.ffi.ffi_call("xnp_rbf_attention_bwd", outs, vmap_method="sequential")
+    dq, dk, dv, das, dbs, dat, dbt = call(
+        *operands, d_out.astype(f32), lse.astype(f32), delta.astype(f32), **attrs
+    )
+    dw = ([das, dbs] if spec.metric != "none" else []) + ([dat, dbt] if spec.temporal else [])
+    dweights = [g.astype(w.dtype) for g, w in zip(dw, weights, strict=True)]
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dweights

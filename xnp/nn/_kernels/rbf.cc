@@ -345,6 +345,7 @@ struct AttnArgs {
   float gc_scale2, scale;
   const float *q, *kt, *vh, *mask, *fq, *fkt, *tq, *tk, *as, *nbs, *at, *nbt;
   float *out, *lse;
+  const uint8_t* live;  // [B, Nkp / tile]: whether the tile holds a valid key
 };
 
 // Squared scaled distances of query i to the tile of keys from j0: spatial into zs,
@@ -407,6 +408,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
   std::vector<float> o(H * kRows * DV, 0.f), m(H * kRows, kNegInf), l(H * kRows, 0.f);
   std::vector<float> qs(kRows * D);
   for (int64_t j0 = 0; j0 < s.nkp; j0 += s.tile) {
+    if (!A.live[b * (s.nkp / s.tile) + j0 / s.tile]) continue;  // only masked keys
     for (int64_t r = 0; r < kRows; ++r) {
       tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
     }
@@ -508,6 +510,78 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
   }
 }
 
+// Per-head copies of a [B, N, H, D] array, padded with zeros to Np points:
+// transposed [B, H, D, Np] (vectors over points) or rows [B, H, Np, D].
+std::vector<float> per_head(ffi::ThreadPool& pool, const float* src, int64_t B, int64_t N,
+                            int64_t H, int64_t D, int64_t Np, bool transposed) {
+  std::vector<float> dst(B * H * D * Np, 0.f);
+  parallel_for(pool, B * H, [&](int64_t bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t j = 0; j < N; ++j) {
+      const float* row = src + ((b * N + j) * H + h) * D;
+      if (transposed) {
+        for (int64_t x = 0; x < D; ++x) dst[(bh * D + x) * Np + j] = row[x];
+      } else {
+        std::memcpy(dst.data() + (bh * Np + j) * D, row, D * sizeof(float));
+      }
+    }
+  });
+  return dst;
+}
+
+// The key side's features, times and mask in padded layouts (features transposed
+// [B, C, Nkp], times and mask [B, Nkp]), and which tiles hold a valid key.
+struct KeyFeatures {
+  std::vector<float> fkt, tk, mask;
+  std::vector<uint8_t> live;
+};
+
+KeyFeatures key_features(const AttnShapes& s, const float* fk, const float* tk,
+                         const float* mask) {
+  const int64_t B = s.batch, nkp = s.nkp;
+  KeyFeatures kf{std::vector<float>(B * s.cs * nkp, 0.f), std::vector<float>(B * nkp, 0.f),
+                 std::vector<float>(B * nkp, 0.f), std::vector<uint8_t>(B * nkp / s.tile, 0)};
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < s.nk; ++j) {
+      for (int64_t c = 0; c < s.cs; ++c) kf.fkt[(b * s.cs + c) * nkp + j] = fk[(b * s.nk + j) * s.cs + c];
+      kf.tk[b * nkp + j] = tk[b * s.nk + j];
+      kf.mask[b * nkp + j] = mask[b * s.nk + j];
+      if (mask[b * s.nk + j] > 0.5f) kf.live[(b * nkp + j) / s.tile] = 1;
+    }
+  }
+  return kf;
+}
+
+// The shapes of an attention call into *out, checked; keys per tile at most max_tile.
+ffi::Error attention_shapes(const char* name, ffi::Buffer<ffi::F32>& q,
+                                          ffi::Buffer<ffi::F32>& k, ffi::Buffer<ffi::F32>& v,
+                                          ffi::Buffer<ffi::F32>& fq, ffi::Buffer<ffi::F32>& fk,
+                                          ffi::Buffer<ffi::F32>& as, ffi::Buffer<ffi::F32>& at,
+                                          int32_t metric, int64_t max_tile, AttnShapes* out) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 || ad.size() != 2 ||
+      td.size() != 2) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": unexpected ranks");
+  }
+  const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, max_tile);
+  const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
+  AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
+  if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
+      vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
+      (metric == kGreatCircle && s.cs != 3) || s.fs > kMaxBasis || s.ft > kMaxBasis) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": inconsistent shapes");
+  }
+  *out = s;
+  return ffi::Error::Success();
+}
+
+std::vector<float> negated(const float* x, int64_t n) {
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = -x[i];
+  return out;
+}
+
 ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> mask,
                          ffi::Buffer<ffi::F32> fq, ffi::Buffer<ffi::F32> fk,
@@ -517,51 +591,23 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
                          ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse,
                          int32_t metric, int32_t time, float gc_scale2) {
   try {
-    const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
-    const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
-    if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 ||
-        ad.size() != 2 || td.size() != 2) {
-      return ffi::Error::InvalidArgument("xnp_rbf_attention: unexpected ranks");
-    }
-    const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, kTile);
-    const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
-    AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
-    if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
-        vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
-        (metric == kGreatCircle && s.cs != 3)) {
-      return ffi::Error::InvalidArgument("xnp_rbf_attention: inconsistent shapes");
-    }
-    const int64_t B = s.batch, H = s.heads, HFs = H * s.fs, HFt = H * s.ft;
-    std::vector<float> kt(B * H * s.d * nkp, 0.f), vh(B * H * nkp * s.dv, 0.f);
-    std::vector<float> fkt(B * s.cs * nkp, 0.f), tkp(B * nkp, 0.f), mk(B * nkp, 0.f);
-    const float *kp = k.typed_data(), *vp = v.typed_data();
-    parallel_for(pool, B * H, [&](int64_t bh) {
-      const int64_t b = bh / H, h = bh % H;
-      for (int64_t j = 0; j < s.nk; ++j) {
-        const float* src = kp + ((b * s.nk + j) * H + h) * s.d;
-        for (int64_t x = 0; x < s.d; ++x) kt[(bh * s.d + x) * nkp + j] = src[x];
-        std::memcpy(vh.data() + (bh * nkp + j) * s.dv, vp + ((b * s.nk + j) * H + h) * s.dv,
-                    s.dv * sizeof(float));
-      }
-    });
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < s.nk; ++j) {
-        for (int64_t c = 0; c < s.cs; ++c) {
-          fkt[(b * s.cs + c) * nkp + j] = fk.typed_data()[(b * s.nk + j) * s.cs + c];
-        }
-        tkp[b * nkp + j] = tk.typed_data()[b * s.nk + j];
-        mk[b * nkp + j] = mask.typed_data()[b * s.nk + j];
-      }
-    }
-    std::vector<float> nbs(HFs), nbt(HFt);
-    for (int64_t x = 0; x < HFs; ++x) nbs[x] = -bs.typed_data()[x];
-    for (int64_t x = 0; x < HFt; ++x) nbt[x] = -bt.typed_data()[x];
-    const AttnArgs A{s,           metric,         time != 0,      gc_scale2,
-                     1.0f / std::sqrt(static_cast<float>(s.d)),   q.typed_data(),
-                     kt.data(),   vh.data(),      mk.data(),      fq.typed_data(),
-                     fkt.data(),  tq.typed_data(), tkp.data(),    as.typed_data(),
-                     nbs.data(),  at.typed_data(), nbt.data(),    out->typed_data(),
-                     lse->typed_data()};
+    AttnShapes s;
+    const ffi::Error bad = attention_shapes("xnp_rbf_attention", q, k, v, fq, fk, as, at, metric, kTile, &s);
+    if (bad.failure()) return bad;
+    const int64_t B = s.batch, H = s.heads;
+    const std::vector<float> kt =
+        per_head(pool, k.typed_data(), B, s.nk, H, s.d, s.nkp, /*transposed=*/true);
+    const std::vector<float> vh =
+        per_head(pool, v.typed_data(), B, s.nk, H, s.dv, s.nkp, /*transposed=*/false);
+    const KeyFeatures kf = key_features(s, fk.typed_data(), tk.typed_data(), mask.typed_data());
+    const std::vector<float> nbs = negated(bs.typed_data(), H * s.fs);
+    const std::vector<float> nbt = negated(bt.typed_data(), H * s.ft);
+    const AttnArgs A{s,           metric,          time != 0,       gc_scale2,
+                     1.0f / std::sqrt(static_cast<float>(s.d)),     q.typed_data(),
+                     kt.data(),   vh.data(),       kf.mask.data(),  fq.typed_data(),
+                     kf.fkt.data(), tq.typed_data(), kf.tk.data(),  as.typed_data(),
+                     nbs.data(),  at.typed_data(), nbt.data(),      out->typed_data(),
+                     lse->typed_data(), kf.live.data()};
     auto run = [&](auto block) {
       const int64_t per_b = (s.nq + kRows - 1) / kRows;
       parallel_for(pool, B * per_b, [&](int64_t blk) {
@@ -581,6 +627,279 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
     return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_attention");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Fused biased attention, backward.  For the output cotangent dO, the forward's
+// lse and delta_i = dO_i . O_i, every pair (i, j) of a head has
+//     p_ij = exp(s_ij - lse_i),  dp_ij = dO_i . v_j,  ds_ij = p_ij (dp_ij - delta_i)
+// and the cotangents are
+//     dq_i = sum_j ds_ij k_j / sqrt(D),  dk_j = sum_i ds_ij q_i / sqrt(D),
+//     dv_j = sum_i p_ij dO_i,
+//     da_f = sum_ij ds_ij e_f,  db_f = -a_f sum_ij ds_ij e_f z_ij   (e_f = exp(-b_f z_ij)),
+// scores, bias and p recomputed tile by tile (FlashAttention-2).  A unit of work is
+// one batch element, one head and one chunk of keys: it owns its keys' dk and dv,
+// and writes its share of dq to a buffer of its own; the shares and the weights'
+// sums are added in a fixed order afterwards, so results do not depend on threads.
+
+constexpr int64_t kTileBwd = 128;  // keys per tile at most
+constexpr int64_t kUnits = 64;     // aim for at least this many units of work
+
+struct BwdArgs {
+  AttnArgs A;  // geometry, features and weights (out and lse unused)
+  const float *kh, *vt, *dout, *lse, *delta;  // keys [B,H,Nkp,D], values [B,H,Dv,Nkp]
+  int64_t chunks, chunk;  // key chunks per (b, h), keys per chunk (whole tiles)
+  float *dq_part;         // [chunks, B, H, Nq, D]
+  float *dk, *dv;         // [B, Nk, H, D], [B, Nk, H, Dv]
+  double* sums;           // per unit: sum ds e and sum ds e z, space basis then time basis
+};
+
+// dst[r][x] (+)= sum over the tile's keys j of w[r][j] * rows[j][x], or, for
+// key-side accumulation, acc[j][x] += sum_r w[r][j] * src[r][x].  DL: vectors per
+// row (D / kLanes), 0 for any D.
+template <int64_t DL>
+void accumulate_keys(const float (*w)[kTileBwd], int64_t tile, const float* src, int64_t D,
+                     float* acc) {
+  if constexpr (DL > 0) {
+    vf s[kRows][DL];
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t x = 0; x < DL; ++x) s[r][x] = load(src + r * D + x * kLanes);
+    for (int64_t j = 0; j < tile; ++j) {
+      vf a[DL];
+      for (int64_t x = 0; x < DL; ++x) a[x] = load(acc + j * D + x * kLanes);
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float c = w[r][j];
+        for (int64_t x = 0; x < DL; ++x) a[x] += c * s[r][x];
+      }
+      for (int64_t x = 0; x < DL; ++x) store(acc + j * D + x * kLanes, a[x]);
+    }
+  } else {
+    for (int64_t j = 0; j < tile; ++j)
+      for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t x = 0; x < D; ++x) acc[j * D + x] += w[r][j] * src[r * D + x];
+  }
+}
+
+template <int64_t DL>
+void accumulate_queries(const float (*w)[kTileBwd], int64_t tile, const float* rows, int64_t D,
+                        float* dst) {
+  if constexpr (DL > 0) {
+    vf a[kRows][DL];
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t x = 0; x < DL; ++x) a[r][x] = load(dst + r * D + x * kLanes);
+    for (int64_t j = 0; j < tile; ++j) {
+      vf kv[DL];
+      for (int64_t x = 0; x < DL; ++x) kv[x] = load(rows + j * D + x * kLanes);
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float c = w[r][j];
+        for (int64_t x = 0; x < DL; ++x) a[r][x] += c * kv[x];
+      }
+    }
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t x = 0; x < DL; ++x) store(dst + r * D + x * kLanes, a[r][x]);
+  } else {
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t j = 0; j < tile; ++j)
+        for (int64_t x = 0; x < D; ++x) dst[r * D + x] += w[r][j] * rows[j * D + x];
+  }
+}
+
+template <int64_t DL, int64_t DVL>
+void backward_unit(const BwdArgs& G, int64_t unit) {
+  const AttnArgs& A = G.A;
+  const AttnShapes& s = A.s;
+  const int64_t H = s.heads, D = s.d, DV = s.dv, nkp = s.nkp, tile = s.tile;
+  const int64_t b = unit / (H * G.chunks), h = (unit / G.chunks) % H, c = unit % G.chunks;
+  const int64_t jbeg = c * G.chunk, jend = std::min(nkp, jbeg + G.chunk);
+  const int64_t bh = b * H + h;
+  std::vector<float> dk((jend - jbeg) * D, 0.f), dv((jend - jbeg) * DV, 0.f);
+  std::vector<float> qs(kRows * D), dO(kRows * DV), dq(kRows * D);
+  alignas(64) float zs[kRows][kTileBwd], zt[kRows][kTileBwd];
+  alignas(64) float P[kRows][kTileBwd], dS[kRows][kTileBwd];
+  const float* kt = A.kt + bh * D * nkp;  // [D, Nkp]
+  const float* kh = G.kh + bh * nkp * D;  // [Nkp, D]
+  const float* vt = G.vt + bh * DV * nkp;  // [Dv, Nkp]
+  const float* as = A.as + h * s.fs;
+  const float* nbs = A.nbs + h * s.fs;
+  const float* at = A.at + h * s.ft;
+  const float* nbt = A.nbt + h * s.ft;
+  const int64_t F = s.fs + s.ft;
+  double* sums = G.sums + unit * 2 * F;
+  for (int64_t i0 = 0; i0 < s.nq; i0 += kRows) {
+    const int64_t rows = std::min(kRows, s.nq - i0);
+    float lse[kRows], delta[kRows];
+    for (int64_t r = 0; r < kRows; ++r) {
+      // rows past the end repeat the last one with lse = +inf: p = ds = 0
+      const int64_t i = i0 + std::min(r, rows - 1);
+      const float* src = A.q + ((b * s.nq + i) * H + h) * D;
+      for (int64_t x = 0; x < D; ++x) qs[r * D + x] = src[x] * A.scale;
+      std::memcpy(dO.data() + r * DV, G.dout + ((b * s.nq + i) * H + h) * DV, DV * sizeof(float));
+      lse[r] = r < rows ? G.lse[bh * s.nq + i] : std::numeric_limits<float>::infinity();
+      delta[r] = G.delta[bh * s.nq + i];
+    }
+    std::fill(dq.begin(), dq.end(), 0.f);
+    vf ge[2 * kMaxBasis], gez[2 * kMaxBasis];
+    for (int64_t f = 0; f < F; ++f) ge[f] = gez[f] = vf{};
+    for (int64_t j0 = jbeg; j0 < jend; j0 += tile) {
+      if (!A.live[b * (nkp / tile) + j0 / tile]) continue;  // only masked keys
+      for (int64_t r = 0; r < kRows; ++r) {
+        tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
+      }
+      const float* mk = A.mask + b * nkp + j0;
+      for (int64_t j = 0; j < tile; j += kLanes) {
+        vf sacc[kRows] = {}, pacc[kRows] = {};
+        for (int64_t x = 0; x < D; ++x) {
+          const vf kv = load(kt + x * nkp + j0 + j);
+          for (int64_t r = 0; r < kRows; ++r) sacc[r] += qs[r * D + x] * kv;
+        }
+        for (int64_t x = 0; x < DV; ++x) {
+          const vf vv = load(vt + x * nkp + j0 + j);
+          for (int64_t r = 0; r < kRows; ++r) pacc[r] += dO[r * DV + x] * vv;
+        }
+        const vf valid = load(mk + j);
+        for (int64_t r = 0; r < kRows; ++r) {
+          vf e[2 * kMaxBasis];
+          vf sv = sacc[r];
+          const vf z1 = load(zs[r] + j), z2 = load(zt[r] + j);
+          if (A.metric != kNone) {
+            for (int64_t f = 0; f < s.fs; ++f) {
+              e[f] = exp_nonpositive(z1 * nbs[f]);
+              sv += as[f] * e[f];
+            }
+          }
+          if (A.time) {
+            for (int64_t f = 0; f < s.ft; ++f) {
+              e[s.fs + f] = exp_nonpositive(z2 * nbt[f]);
+              sv += at[f] * e[s.fs + f];
+            }
+          }
+          const vf p = valid > 0.5f ? exp_or_zero(sv - lse[r]) : vf{};
+          const vf ds = p * (pacc[r] - delta[r]);
+          store(P[r] + j, p);
+          store(dS[r] + j, ds);
+          if (A.metric != kNone) {
+            for (int64_t f = 0; f < s.fs; ++f) {
+              const vf t = ds * e[f];
+              ge[f] += t;
+              gez[f] += t * z1;
+            }
+          }
+          if (A.time) {
+            for (int64_t f = s.fs; f < F; ++f) {
+              const vf t = ds * e[f];
+              ge[f] += t;
+              gez[f] += t * z2;
+            }
+          }
+        }
+      }
+      accumulate_keys<DVL>(P, tile, dO.data(), DV, dv.data() + (j0 - jbeg) * DV);
+      accumulate_keys<DL>(dS, tile, qs.data(), D, dk.data() + (j0 - jbeg) * D);
+      accumulate_queries<DL>(dS, tile, kh + j0 * D, D, dq.data());
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      sums[2 * f] += hsum(ge[f]);
+      sums[2 * f + 1] += hsum(gez[f]);
+    }
+    float* part = G.dq_part + ((c * s.batch + b) * H + h) * s.nq * D;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(part + (i0 + r) * D, dq.data() + r * D, D * sizeof(float));
+    }
+  }
+  for (int64_t j = jbeg; j < std::min(jend, s.nk); ++j) {
+    std::memcpy(G.dk + ((b * s.nk + j) * H + h) * D, dk.data() + (j - jbeg) * D,
+                D * sizeof(float));
+    std::memcpy(G.dv + ((b * s.nk + j) * H + h) * DV, dv.data() + (j - jbeg) * DV,
+                DV * sizeof(float));
+  }
+}
+
+ffi::Error rbf_attention_bwd(
+    ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> mask, ffi::Buffer<ffi::F32> fq,
+    ffi::Buffer<ffi::F32> fk, ffi::Buffer<ffi::F32> tq, ffi::Buffer<ffi::F32> tk,
+    ffi::Buffer<ffi::F32> as, ffi::Buffer<ffi::F32> bs, ffi::Buffer<ffi::F32> at,
+    ffi::Buffer<ffi::F32> bt, ffi::Buffer<ffi::F32> dout, ffi::Buffer<ffi::F32> lse,
+    ffi::Buffer<ffi::F32> delta, ffi::ResultBuffer<ffi::F32> dq, ffi::ResultBuffer<ffi::F32> dk,
+    ffi::ResultBuffer<ffi::F32> dv, ffi::ResultBuffer<ffi::F32> das,
+    ffi::ResultBuffer<ffi::F32> dbs, ffi::ResultBuffer<ffi::F32> dat,
+    ffi::ResultBuffer<ffi::F32> dbt, int32_t metric, int32_t time, float gc_scale2) {
+  try {
+    AttnShapes s;
+    const ffi::Error bad = attention_shapes("xnp_rbf_attention_bwd", q, k, v, fq, fk, as, at, metric, kTileBwd, &s);
+    if (bad.failure()) return bad;
+    const int64_t B = s.batch, H = s.heads, D = s.d, F = s.fs + s.ft;
+    const std::vector<float> kt =
+        per_head(pool, k.typed_data(), B, s.nk, H, D, s.nkp, /*transposed=*/true);
+    const std::vector<float> kh =
+        per_head(pool, k.typed_data(), B, s.nk, H, D, s.nkp, /*transposed=*/false);
+    const std::vector<float> vt =
+        per_head(pool, v.typed_data(), B, s.nk, H, s.dv, s.nkp, /*transposed=*/true);
+    const KeyFeatures kf = key_features(s, fk.typed_data(), tk.typed_data(), mask.typed_data());
+    const std::vector<float> nbs = negated(bs.typed_data(), H * s.fs);
+    const std::vector<float> nbt = negated(bt.typed_data(), H * s.ft);
+    // chunks of keys per (b, h): enough units for the pool (a function of the shapes
+    // only, so the order of the sums is too)
+    const int64_t tiles = s.nkp / s.tile;
+    const int64_t chunks = std::min(tiles, std::max<int64_t>(1, kUnits / std::max<int64_t>(B * H, 1)));
+    const int64_t chunk = (tiles + chunks - 1) / chunks * s.tile;
+    const int64_t units = B * H * chunks;
+    std::vector<float> dq_part(chunks * B * H * s.nq * D, 0.f);
+    std::vector<double> sums(units * 2 * F, 0.0);
+    const BwdArgs G{
+        AttnArgs{s, metric, time != 0, gc_scale2, 1.0f / std::sqrt(static_cast<float>(D)),
+                 q.typed_data(), kt.data(), nullptr, kf.mask.data(), fq.typed_data(),
+                 kf.fkt.data(), tq.typed_data(), kf.tk.data(), as.typed_data(), nbs.data(),
+                 at.typed_data(), nbt.data(), nullptr, nullptr, kf.live.data()},
+        kh.data(), vt.data(), dout.typed_data(), lse.typed_data(), delta.typed_data(),
+        chunks, chunk, dq_part.data(), dk->typed_data(), dv->typed_data(), sums.data()};
+    // keys past the last valid one get zero cotangents from every unit; padded keys
+    // beyond Nk are not written
+    auto run = [&](auto unit) { parallel_for(pool, units, [&](int64_t u) { unit(G, u); }); };
+    if (D == kLanes && s.dv == kLanes) {
+      run(backward_unit<1, 1>);
+    } else if (D == 2 * kLanes && s.dv == 2 * kLanes) {
+      run(backward_unit<2, 2>);
+    } else if (D == 4 * kLanes && s.dv == 4 * kLanes) {
+      run(backward_unit<4, 4>);
+    } else {
+      run(backward_unit<0, 0>);
+    }
+    // dq: the chunks' shares in chunk order, scaled by 1/sqrt(D), into [B, Nq, H, D]
+    const float scale = G.A.scale;
+    float* dqp = dq->typed_data();
+    parallel_for(pool, B * H, [&](int64_t bh) {
+      const int64_t b = bh / H, h = bh % H;
+      for (int64_t i = 0; i < s.nq; ++i) {
+        float* dst = dqp + ((b * s.nq + i) * H + h) * D;
+        for (int64_t x = 0; x < D; ++x) {
+          float acc = 0.f;
+          for (int64_t c = 0; c < chunks; ++c) acc += dq_part[((c * B * H + bh) * s.nq + i) * D + x];
+          dst[x] = acc * scale;
+        }
+      }
+    });
+    // the weights' gradients: unit sums in unit order, per head
+    auto weights = [&](int64_t f0, int64_t nf, const float* a, float* da, float* db) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t f = 0; f < nf; ++f) {
+          double se = 0.0, sez = 0.0;
+          for (int64_t u = 0; u < units; ++u) {
+            if ((u / chunks) % H != h) continue;
+            se += sums[(u * F + f0 + f) * 2];
+            sez += sums[(u * F + f0 + f) * 2 + 1];
+          }
+          da[h * nf + f] = static_cast<float>(se);
+          db[h * nf + f] = static_cast<float>(-a[h * nf + f] * sez);
+        }
+      }
+    };
+    weights(0, s.fs, as.typed_data(), das->typed_data(), dbs->typed_data());
+    weights(s.fs, s.ft, at.typed_data(), dat->typed_data(), dbt->typed_data());
+    return ffi::Error::Success();
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("xnp_rbf_attention_bwd");
   }
 }
 
@@ -632,6 +951,35 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttention, rbf_attention,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b, time
                                   .Ret<ffi::Buffer<ffi::F32>>()  // out
                                   .Ret<ffi::Buffer<ffi::F32>>()  // lse
+                                  .Attr<int32_t>("metric")
+                                  .Attr<int32_t>("time")
+                                  .Attr<float>("gc_scale2"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttentionBwd, rbf_attention_bwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // v
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, queries
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, keys
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, queries
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, keys
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, space
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, space
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, time
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, time
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // d_out
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // lse
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // delta
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dq
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dk
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // da, space
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // db, space
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // da, time
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // db, time
                                   .Attr<int32_t>("metric")
                                   .Attr<int32_t>("time")
                                   .Attr<float>("gc_scale2"));
