@@ -345,13 +345,15 @@ struct AttnArgs {
   float gc_scale2, scale;
   const float *q, *kt, *vh, *mask, *fq, *fkt, *tq, *tk, *as, *nbs, *at, *nbt;
   float *out, *lse;
-  const uint8_t* live;  // [B, Nkp / tile]: whether the tile holds a valid key
+  // [B, Nkp / tile]: keys of the tile up to its last valid one, in whole vectors (0:
+  // none), so that the loops skip a tile's trailing masked keys (padding)
+  const int32_t* live;
 };
 
 // Squared scaled distances of query i to the tile of keys from j0: spatial into zs,
 // temporal into zt.  Plain loops over the keys, which the compiler vectorises.
-void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* __restrict zs,
-                    float* __restrict zt) {
+void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, int64_t n,
+                    float* __restrict zs, float* __restrict zt) {
   const AttnShapes& s = A.s;
   if (A.metric == kGreatCircle) {
     const float* a = A.fq + (b * s.nq + i) * 3;
@@ -359,7 +361,7 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
     const float* y = A.fkt + (b * 3 + 1) * s.nkp + j0;
     const float* z = A.fkt + (b * 3 + 2) * s.nkp + j0;
     const float a0 = a[0], a1 = a[1], a2 = a[2], sc = A.gc_scale2;
-    for (int64_t j = 0; j < s.tile; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       const float d0 = a0 - x[j], d1 = a1 - y[j], d2 = a2 - z[j];
       const float s0 = a0 + x[j], s1 = a1 + y[j], s2v = a2 + z[j];
       const float c2 = d0 * d0 + d1 * d1 + d2 * d2;
@@ -379,11 +381,11 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
       zs[j] = sc * (near ? 4.0f * u * g * g : far * far);
     }
   } else if (A.metric == kEuclidean) {
-    for (int64_t j = 0; j < s.tile; ++j) zs[j] = 0.f;
+    for (int64_t j = 0; j < n; ++j) zs[j] = 0.f;
     for (int64_t c = 0; c < s.cs; ++c) {
       const float a = A.fq[(b * s.nq + i) * s.cs + c];
       const float* x = A.fkt + (b * s.cs + c) * s.nkp + j0;
-      for (int64_t j = 0; j < s.tile; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
         const float d = a - x[j];
         zs[j] += d * d;
       }
@@ -392,7 +394,7 @@ void tile_distances(const AttnArgs& A, int64_t b, int64_t i, int64_t j0, float* 
   if (A.time) {
     const float ti = A.tq[b * s.nq + i];
     const float* t = A.tk + b * s.nkp + j0;
-    for (int64_t j = 0; j < s.tile; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       const float d = ti - t[j];
       zt[j] = d * d;
     }
@@ -408,9 +410,10 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
   std::vector<float> o(H * kRows * DV, 0.f), m(H * kRows, kNegInf), l(H * kRows, 0.f);
   std::vector<float> qs(kRows * D);
   for (int64_t j0 = 0; j0 < s.nkp; j0 += s.tile) {
-    if (!A.live[b * (s.nkp / s.tile) + j0 / s.tile]) continue;  // only masked keys
+    const int64_t n = A.live[b * (s.nkp / s.tile) + j0 / s.tile];
+    if (n == 0) continue;  // only masked keys
     for (int64_t r = 0; r < kRows; ++r) {
-      tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
+      tile_distances(A, b, i0 + std::min(r, rows - 1), j0, n, zs[r], zt[r]);
     }
     const float* mk = A.mask + b * s.nkp + j0;
     for (int64_t h = 0; h < H; ++h) {
@@ -425,7 +428,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
       const float* nbt = A.nbt + h * s.ft;
       vf mx[kRows];
       for (int64_t r = 0; r < kRows; ++r) mx[r] = splat(kNegInf);
-      for (int64_t j = 0; j < s.tile; j += kLanes) {
+      for (int64_t j = 0; j < n; j += kLanes) {
         vf acc[kRows] = {};
         for (int64_t x = 0; x < D; ++x) {
           const vf kv = load(kt + x * s.nkp + j);
@@ -457,13 +460,13 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
         corr[r] = (m[idx] == kNegInf || m_new[r] == kNegInf) ? 0.f : std::exp(m[idx] - m_new[r]);
         vf sum = vf{};
         if (m_new[r] != kNegInf) {
-          for (int64_t j = 0; j < s.tile; j += kLanes) {
+          for (int64_t j = 0; j < n; j += kLanes) {
             const vf p = exp_or_zero(load(sc[r] + j) - m_new[r]);
             store(sc[r] + j, p);
             sum += p;
           }
         } else {
-          for (int64_t j = 0; j < s.tile; ++j) sc[r][j] = 0.f;
+          for (int64_t j = 0; j < n; ++j) sc[r][j] = 0.f;
         }
         l[idx] = l[idx] * corr[r] + static_cast<float>(hsum(sum));
         m[idx] = m_new[r];
@@ -475,7 +478,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
         vf acc[kRows][DVL];
         for (int64_t r = 0; r < kRows; ++r)
           for (int64_t x = 0; x < DVL; ++x) acc[r][x] = load(ob + r * DV + x * kLanes) * corr[r];
-        for (int64_t j = 0; j < s.tile; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           vf vv[DVL];
           for (int64_t x = 0; x < DVL; ++x) vv[x] = load(vh + j * DV + x * kLanes);
           for (int64_t r = 0; r < kRows; ++r) {
@@ -489,7 +492,7 @@ void attention_block(const AttnArgs& A, int64_t b, int64_t i0, int64_t rows) {
         for (int64_t r = 0; r < kRows; ++r) {
           float* orow = ob + r * DV;
           for (int64_t x = 0; x < DV; ++x) orow[x] *= corr[r];
-          for (int64_t j = 0; j < s.tile; ++j) {
+          for (int64_t j = 0; j < n; ++j) {
             const float p = sc[r][j];
             const float* vrow = vh + j * DV;
             for (int64_t x = 0; x < DV; ++x) orow[x] += p * vrow[x];
@@ -533,20 +536,23 @@ std::vector<float> per_head(ffi::ThreadPool& pool, const float* src, int64_t B, 
 // [B, C, Nkp], times and mask [B, Nkp]), and which tiles hold a valid key.
 struct KeyFeatures {
   std::vector<float> fkt, tk, mask;
-  std::vector<uint8_t> live;
+  std::vector<int32_t> live;
 };
 
 KeyFeatures key_features(const AttnShapes& s, const float* fk, const float* tk,
                          const float* mask) {
   const int64_t B = s.batch, nkp = s.nkp;
   KeyFeatures kf{std::vector<float>(B * s.cs * nkp, 0.f), std::vector<float>(B * nkp, 0.f),
-                 std::vector<float>(B * nkp, 0.f), std::vector<uint8_t>(B * nkp / s.tile, 0)};
+                 std::vector<float>(B * nkp, 0.f), std::vector<int32_t>(B * nkp / s.tile, 0)};
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t j = 0; j < s.nk; ++j) {
       for (int64_t c = 0; c < s.cs; ++c) kf.fkt[(b * s.cs + c) * nkp + j] = fk[(b * s.nk + j) * s.cs + c];
       kf.tk[b * nkp + j] = tk[b * s.nk + j];
       kf.mask[b * nkp + j] = mask[b * s.nk + j];
-      if (mask[b * s.nk + j] > 0.5f) kf.live[(b * nkp + j) / s.tile] = 1;
+      if (mask[b * s.nk + j] > 0.5f) {
+        const int32_t through = static_cast<int32_t>(j % s.tile + kLanes) / kLanes * kLanes;
+        kf.live[(b * nkp + j) / s.tile] = through;  // j increases: the last valid key wins
+      }
     }
   }
   return kf;
@@ -709,7 +715,9 @@ template <int64_t DL, int64_t DVL>
 void backward_unit(const BwdArgs& G, int64_t unit) {
   const AttnArgs& A = G.A;
   const AttnShapes& s = A.s;
-  const int64_t H = s.heads, D = s.d, DV = s.dv, nkp = s.nkp, tile = s.tile;
+  // compile-time widths when the template fixes them (unrolled inner loops)
+  const int64_t D = DL > 0 ? DL * kLanes : s.d, DV = DVL > 0 ? DVL * kLanes : s.dv;
+  const int64_t H = s.heads, nkp = s.nkp, tile = s.tile;
   const int64_t b = unit / (H * G.chunks), h = (unit / G.chunks) % H, c = unit % G.chunks;
   const int64_t jbeg = c * G.chunk, jend = std::min(nkp, jbeg + G.chunk);
   const int64_t bh = b * H + h;
@@ -742,12 +750,13 @@ void backward_unit(const BwdArgs& G, int64_t unit) {
     vf ge[2 * kMaxBasis], gez[2 * kMaxBasis];
     for (int64_t f = 0; f < F; ++f) ge[f] = gez[f] = vf{};
     for (int64_t j0 = jbeg; j0 < jend; j0 += tile) {
-      if (!A.live[b * (nkp / tile) + j0 / tile]) continue;  // only masked keys
+      const int64_t n = A.live[b * (nkp / tile) + j0 / tile];
+      if (n == 0) continue;  // only masked keys
       for (int64_t r = 0; r < kRows; ++r) {
-        tile_distances(A, b, i0 + std::min(r, rows - 1), j0, zs[r], zt[r]);
+        tile_distances(A, b, i0 + std::min(r, rows - 1), j0, n, zs[r], zt[r]);
       }
       const float* mk = A.mask + b * nkp + j0;
-      for (int64_t j = 0; j < tile; j += kLanes) {
+      for (int64_t j = 0; j < n; j += kLanes) {
         vf sacc[kRows] = {}, pacc[kRows] = {};
         for (int64_t x = 0; x < D; ++x) {
           const vf kv = load(kt + x * nkp + j0 + j);
@@ -794,9 +803,9 @@ void backward_unit(const BwdArgs& G, int64_t unit) {
           }
         }
       }
-      accumulate_keys<DVL>(P, tile, dO.data(), DV, dv.data() + (j0 - jbeg) * DV);
-      accumulate_keys<DL>(dS, tile, qs.data(), D, dk.data() + (j0 - jbeg) * D);
-      accumulate_queries<DL>(dS, tile, kh + j0 * D, D, dq.data());
+      accumulate_keys<DVL>(P, n, dO.data(), DV, dv.data() + (j0 - jbeg) * DV);
+      accumulate_keys<DL>(dS, n, qs.data(), D, dk.data() + (j0 - jbeg) * D);
+      accumulate_queries<DL>(dS, n, kh + j0 * D, D, dq.data());
     }
     for (int64_t f = 0; f < F; ++f) {
       sums[2 * f] += hsum(ge[f]);
