@@ -13,8 +13,8 @@ implementation runs in its own fresh process, so peak memory (max RSS) is its ow
 
 Compile time (first step) and steps per second (after it) are reported separately.
 
-    python recipes/benchmarks/train_throughput.py [--steps 8] [--reference-python PATH]
-                                                  [--no-write]
+    python recipes/benchmarks/train_throughput.py [--steps 8] [--rounds 2]
+                                                  [--reference-python PATH] [--no-write]
 
 Without a reference interpreter (default ``/work/bench-venv/bin/python``, made with
 ``python -m venv /work/bench-venv && /work/bench-venv/bin/pip install 'dl4bi[cpu]==0.1.3'``)
@@ -30,6 +30,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,7 +87,7 @@ grad = jax.jit(jax.value_and_grad(
 cost = grad.lower(p_dense, batches[0]).compile().cost_analysis()
 cost = cost[0] if isinstance(cost, list) else cost
 print(json.dumps({"params": count_params(model), "compile_s": compile_s,
-                  "step_s": per_step, "step_min_s": fastest, "rss_mb": rss,
+                  "step_s": per_step, "step_min_s": fastest, "rss_mb": rss, "times": times,
                   "loss": float(loss), "version": "xnp", "jax": jax.__version__,
                   "flops": cost["flops"], "transcendentals": cost["transcendentals"]}))
 """
@@ -151,7 +153,7 @@ for b in batches[1:]:
 per_step, fastest = float(np.median(times)), min(times)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from importlib.metadata import version
-print(json.dumps({"params": n_params, "compile_s": compile_s, "step_s": per_step,
+print(json.dumps({"params": n_params, "compile_s": compile_s, "step_s": per_step, "times": times,
                   "step_min_s": fastest,
                   "rss_mb": rss, "loss": float(loss), "version": "dl4bi " + version("dl4bi"),
                   "jax": jax.__version__}))
@@ -173,22 +175,45 @@ def run_worker(python: str, code: str, steps: int, timeout: float) -> dict | str
     return json.loads(lines[-1])
 
 
+def combine(rounds: list[dict | str]) -> dict | str:
+    """One result from a worker's rounds: step statistics over all their timed steps."""
+    ok = [r for r in rounds if isinstance(r, dict)]
+    if not ok:
+        return rounds[0]
+    times = [t for r in ok for t in r["times"]]
+    out = dict(ok[0])
+    out.update(
+        step_s=float(np.median(times)),
+        step_min_s=min(times),
+        round_s=[r["step_s"] for r in ok],
+        compile_s=float(np.median([r["compile_s"] for r in ok])),
+        rss_mb=max(r["rss_mb"] for r in ok),
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps after compilation")
     parser.add_argument("--reference-python", default=DEFAULT_REFERENCE,
                         help="interpreter with dl4bi installed ('' to skip)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="fresh processes per implementation, run alternately")  # fmt: skip
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args()
 
-    results: dict[str, dict | str] = {"xnp": run_worker(sys.executable, XNP_WORKER, args.steps,
-                                                        args.timeout)}  # fmt: skip
+    workers = {"xnp": (sys.executable, XNP_WORKER)}
     if args.reference_python and Path(args.reference_python).exists():
-        results["dl4bi"] = run_worker(
-            args.reference_python, REFERENCE_WORKER, args.steps, args.timeout
-        )
-    else:
+        workers["dl4bi"] = (args.reference_python, REFERENCE_WORKER)
+    # rounds alternate between the implementations, so that a stretch of load from
+    # other jobs on a shared machine falls on both rather than on one
+    runs: dict[str, list[dict | str]] = {name: [] for name in workers}
+    for _ in range(args.rounds):
+        for name, (python, code) in workers.items():
+            runs[name].append(run_worker(python, code, args.steps, args.timeout))
+    results: dict[str, dict | str] = {name: combine(rs) for name, rs in runs.items()}
+    if "dl4bi" not in results:
         results["dl4bi"] = f"not measured (no interpreter at {args.reference_python!r})"
     print(json.dumps(results, indent=2))
 
@@ -235,14 +260,20 @@ def main() -> None:
             )
             + ".\n"
         )
+    rounds_text = "; ".join(
+        f"{name} " + ", ".join(f"{x:.2f}" for x in r["round_s"]) + " s"
+        for name, r in results.items()
+        if isinstance(r, dict)
+    )
     markdown = f"""
 ## Training throughput: paper-size BSA-TNP on the 2-D GP task
 
 `recipes/benchmarks/train_throughput.py`: one training step (forward, backward, AdamW
 with clipping) of the paper-size BSA-TNP on batches of {BATCH} GP tasks with
 {N_CONTEXT} (padded) context and {N_TARGET} target points, each implementation in its
-own process; median (and fastest) of {args.steps} steps timed one by one after
-compilation, the same rule for both.  Peak RSS is
+own process; {args.rounds} rounds of fresh processes, alternating between the two;
+median (and fastest) of the {args.rounds} × {args.steps} steps timed one by one after
+compilation, the same rule for both (per-round medians: {rounds_text}).  Peak RSS is
 the whole process (data, parameters, compiled code).  Machine: {machine()}; load
 average at the end of the run {load} (other jobs sharing the cores slow both rows).
 
