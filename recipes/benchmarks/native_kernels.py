@@ -1,8 +1,8 @@
 """The native CPU kernels of the RBF attention bias against XLA, in one process.
 
-``xnp.nn.native`` computes the RBF bias ``Σ_f a_hf exp(-b_hf z)`` and the gradient
-of its weights in C++ kernels; ``XNP_NATIVE=0`` makes xnp trace the pure-JAX
-computation instead.  The environment variable is read when a function is traced,
+``xnp.nn.native`` computes the RBF bias ``Σ_f a_hf exp(-b_hf z)``, the gradient of
+its weights, and biased attention itself (forward and backward) in C++ kernels;
+``XNP_NATIVE=0`` makes xnp trace the pure-JAX computation instead.  The environment variable is read when a function is traced,
 so this script compiles every function twice, with and without the kernels, and
 times the two versions interleaved (run after run), so that the machine's drift
 hits both alike:
@@ -154,8 +154,9 @@ per call).  A tile is {" × ".join(map(str, TILE))}
 (batch × heads × queries × keys) with {N_BASIS} basis functions; in parentheses the rate
 of exponentials, G/s (native vs XLA; XLA's fused exponentials measured apart:
 {xla_exp:.2f} G/s).  The training step is that of `train_throughput.py` (paper-size
-BSA-TNP, 8 tasks of 512 context and 1024 target points), the prediction one jitted
-call of the paper-size model with the great-circle bias.
+BSA-TNP, 8 tasks of 512 context and 1024 target points), where the fused attention
+kernels run forward and backward; the prediction one jitted call of the paper-size
+model with the great-circle bias (the fused forward kernel).
 
 Machine: {machine()}.
 
