@@ -321,3 +321,32 @@ def test_fused_backward_leaves_feature_gradients_to_the_tiled_path(monkeypatch):
     ref = jax.jit(jax.grad(loss, argnums=(0, 1)))(s_q, q)
     for x, y in zip(got, ref, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+@needs_compiler
+def test_fused_backward_with_uneven_key_chunks(monkeypatch):
+    """16 batch x head units split 5 key tiles into chunks of 2, 2 and 1 tiles."""
+    from flax import nnx
+
+    kq, kk, kv, ks, km = jax.random.split(jax.random.key(9), 5)
+    b, h, nq, nk, d = 4, 4, 12, 520, 16
+    q, k, v = (jax.random.normal(x, (b, n, h, d)) for x, n in ((kq, nq), (kk, nk), (kv, nk)))
+    s_q = jax.random.uniform(ks, (b, nq, 2), minval=-3.0, maxval=3.0)
+    s_k = jax.random.uniform(jax.random.fold_in(ks, 1), (b, nk, 2), minval=-3.0, maxval=3.0)
+    mask = jax.random.uniform(km, (b, nk)) > 0.2
+    bias = _random_bias("euclidean", False, h, seed=4)
+    graphdef, params = nnx.split(bias)
+
+    def loss(params, q, k, v):
+        layer = nnx.merge(graphdef, params)
+        qf, kf = layer.features(s_q, None), layer.features(s_k, None)
+        out = biased_scan_attention(
+            q, k, v, bias_fn=layer.bind(), q_feats=qf, k_feats=kf, k_mask=mask
+        )
+        return jnp.sum(jnp.cos(out))
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, q, k, v)
+    monkeypatch.setenv("XNP_NATIVE", "0")
+    ref = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, q, k, v)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5 * float(jnp.max(jnp.abs(y))))

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -135,20 +136,27 @@ void rows_block(const Shapes& s, const float* g, const float* z, const float* ne
 
 // Runs task(i) for i in [0, n) on the intra-op pool and the calling thread; returns
 // when all are done.  The caller takes tasks too, so it never waits on a pool that
-// has no free thread.
+// has no free thread.  An exception in a task (out of memory) is rethrown here, in
+// the caller, once all tasks are done.
 template <typename Task>
 void parallel_for(ffi::ThreadPool& pool, int64_t n, const Task& task) {
   struct State {
     std::atomic<int64_t> next{0}, done{0};
     std::mutex mutex;
     std::condition_variable cv;
+    std::exception_ptr error;
   };
   auto state = std::make_shared<State>();
   const Task* body = &task;
   // Workers touch `body` only while a task is left, i.e. before this returns.
   auto work = [state, body, n]() {
     for (int64_t i; (i = state->next.fetch_add(1)) < n;) {
-      (*body)(i);
+      try {
+        (*body)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (!state->error) state->error = std::current_exception();
+      }
       if (state->done.fetch_add(1) + 1 == n) {
         std::lock_guard<std::mutex> lock(state->mutex);
         state->cv.notify_all();
@@ -160,6 +168,7 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Task& task) {
   work();
   std::unique_lock<std::mutex> lock(state->mutex);
   state->cv.wait(lock, [&] { return state->done.load() == n; });
+  if (state->error) std::rethrow_exception(state->error);
 }
 
 // Rows of a [rows, keys] tile per block, and the number of blocks: about 16 KiB of
@@ -175,9 +184,14 @@ RowBlocks row_blocks(int64_t rows, int64_t keys) {
   return {per_block, rows == 0 ? 0 : (rows + per_block - 1) / per_block};
 }
 
-// Out of memory inside a handler becomes an error XLA reports, not a crash.
+// Out of memory (or another C++ exception) inside a handler becomes an error XLA
+// reports, not a crash.
 ffi::Error out_of_memory(const char* name) {
   return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(name) + ": out of memory");
+}
+
+ffi::Error internal_error(const char* name, const std::exception& err) {
+  return ffi::Error(ffi::ErrorCode::kInternal, std::string(name) + ": " + err.what());
 }
 
 ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> z,
@@ -227,6 +241,8 @@ ffi::Error rbf_grad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> g, ffi::Buffer<f
     return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_grad");
+  } catch (const std::exception& err) {
+    return internal_error("xnp_rbf_grad", err);
   }
 }
 
@@ -284,6 +300,8 @@ ffi::Error rbf_bias(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> z, ffi::Buffer<f
     return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_bias");
+  } catch (const std::exception& err) {
+    return internal_error("xnp_rbf_bias", err);
   }
 }
 
@@ -633,6 +651,8 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
     return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_attention");
+  } catch (const std::exception& err) {
+    return internal_error("xnp_rbf_attention", err);
   }
 }
 
@@ -851,8 +871,11 @@ ffi::Error rbf_attention_bwd(
     // chunks of keys per (b, h): enough units for the pool (a function of the shapes
     // only, so the order of the sums is too)
     const int64_t tiles = s.nkp / s.tile;
-    const int64_t chunks = std::min(tiles, std::max<int64_t>(1, kUnits / std::max<int64_t>(B * H, 1)));
-    const int64_t chunk = (tiles + chunks - 1) / chunks * s.tile;
+    const int64_t wanted =
+        std::min(tiles, std::max<int64_t>(1, kUnits / std::max<int64_t>(B * H, 1)));
+    const int64_t per_chunk = (tiles + wanted - 1) / wanted;  // tiles per chunk
+    const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;  // none of them empty
+    const int64_t chunk = per_chunk * s.tile;
     const int64_t units = B * H * chunks;
     std::vector<float> dq_part(chunks * B * H * s.nq * D, 0.f);
     std::vector<double> sums(units * 2 * F, 0.0);
@@ -909,6 +932,8 @@ ffi::Error rbf_attention_bwd(
     return ffi::Error::Success();
   } catch (const std::bad_alloc&) {
     return out_of_memory("xnp_rbf_attention_bwd");
+  } catch (const std::exception& err) {
+    return internal_error("xnp_rbf_attention_bwd", err);
   }
 }
 
