@@ -681,9 +681,10 @@ struct BwdArgs {
   double* sums;           // per unit: sum ds e and sum ds e z, space basis then time basis
 };
 
-// dst[r][x] (+)= sum over the tile's keys j of w[r][j] * rows[j][x], or, for
-// key-side accumulation, acc[j][x] += sum_r w[r][j] * src[r][x].  DL: vectors per
-// row (D / kLanes), 0 for any D.
+// Key side: acc[j][x] += sum_r w[r][j] * src[r][x] for the tile's keys j (dV from p
+// and dO, dK from dS and q), the rows' vectors held in registers.  DL: vectors per
+// row (D / kLanes), 0 for any D.  (accumulate_queries is the same shape of loop
+// with the other side held: the two are kept apart for their register blocking.)
 template <int64_t DL>
 void accumulate_keys(const float (*w)[kTileBwd], int64_t tile, const float* src, int64_t D,
                      float* acc) {
@@ -707,6 +708,8 @@ void accumulate_keys(const float (*w)[kTileBwd], int64_t tile, const float* src,
   }
 }
 
+// Query side: dst[r][x] += sum_j w[r][j] * rows[j][x] over the tile's keys j (dQ from
+// dS and k), the rows' sums held in registers.
 template <int64_t DL>
 void accumulate_queries(const float (*w)[kTileBwd], int64_t tile, const float* rows, int64_t D,
                         float* dst) {
@@ -953,6 +956,24 @@ auto rbf_grad_binding() {
       .Ret<ffi::Buffer<ffi::F32>>();
 }
 
+// The operands both attention handlers start with
+auto attention_binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()  // q
+      .Arg<ffi::Buffer<ffi::F32>>()  // k
+      .Arg<ffi::Buffer<ffi::F32>>()  // v
+      .Arg<ffi::Buffer<ffi::F32>>()  // mask
+      .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, queries
+      .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, keys
+      .Arg<ffi::Buffer<ffi::F32>>()  // times, queries
+      .Arg<ffi::Buffer<ffi::F32>>()  // times, keys
+      .Arg<ffi::Buffer<ffi::F32>>()  // a, space
+      .Arg<ffi::Buffer<ffi::F32>>()  // b, space
+      .Arg<ffi::Buffer<ffi::F32>>()  // a, time
+      .Arg<ffi::Buffer<ffi::F32>>();  // b, time
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfGrad, rbf_grad_no_dz, rbf_grad_binding());
@@ -969,20 +990,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfBias, rbf_bias,
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttention, rbf_attention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // v
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // mask
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, queries
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, keys
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, queries
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, keys
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, space
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, space
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, time
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, time
+                              attention_binding()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // out
                                   .Ret<ffi::Buffer<ffi::F32>>()  // lse
                                   .Attr<int32_t>("metric")
@@ -990,20 +998,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttention, rbf_attention,
                                   .Attr<float>("gc_scale2"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XnpRbfAttentionBwd, rbf_attention_bwd,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // v
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // mask
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, queries
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // spatial features, keys
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, queries
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // times, keys
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, space
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, space
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // a, time
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // b, time
+                              attention_binding()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // d_out
                                   .Arg<ffi::Buffer<ffi::F32>>()  // lse
                                   .Arg<ffi::Buffer<ffi::F32>>()  // delta
