@@ -1,9 +1,10 @@
 """The native CPU kernels of the RBF attention bias against XLA, in one process.
 
-``xnp.nn.native`` computes the RBF bias ``Σ_f a_hf exp(-b_hf z)``, the gradient of
-its weights, and biased attention itself (forward and backward) in C++ kernels;
-``XNP_NATIVE=0`` makes xnp trace the pure-JAX computation instead.  The environment variable is read when a function is traced,
-so this script compiles every function twice, with and without the kernels, and
+``xnp.nn.native`` computes the RBF bias ``Σ_f a_hf exp(-b_hf z)``, the gradient
+of its weights, and biased attention itself (forward and backward) in C++
+kernels; ``XNP_NATIVE=0`` makes xnp trace the pure-JAX computation instead.  The
+environment variable is read when a function is traced, so this script compiles
+every function twice, with and without the kernels, and
 times the two versions interleaved (run after run), so that the machine's drift
 hits both alike:
 
