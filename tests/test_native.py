@@ -277,6 +277,7 @@ def test_fused_backward_equals_the_tiled_backward(monkeypatch, spatial, temporal
     k = jax.random.normal(jax.random.key(4), (*k.shape[:3], d))
     mask = mask.at[1, nk // 2 :].set(False)  # whole key tiles with no valid key
     bias = _random_bias(spatial, temporal, q.shape[2], seed=d)
+    # (70 queries, the default chunks: the kernel's last block of 8 queries is partial)
     graphdef, params = nnx.split(bias)
     weight = jnp.arange(dv, dtype=jnp.float32)[None, None, None, :]
 
@@ -285,7 +286,7 @@ def test_fused_backward_equals_the_tiled_backward(monkeypatch, spatial, temporal
         qf, kf = layer.features(s_q, t_q), layer.features(s_k, t_k)
         out = biased_scan_attention(
             q, k, v, bias_fn=layer.bind(), q_feats=qf, k_feats=kf, k_mask=mask,
-            q_chunk=32, k_chunk=64, bias_bounds=layer.bounds(),
+            bias_bounds=layer.bounds(),
         )  # fmt: skip
         return jnp.sum(jnp.sin(out) * weight)
 
@@ -333,7 +334,7 @@ def test_fused_backward_with_uneven_key_chunks(monkeypatch):
     q, k, v = (jax.random.normal(x, (b, n, h, d)) for x, n in ((kq, nq), (kk, nk), (kv, nk)))
     s_q = jax.random.uniform(ks, (b, nq, 2), minval=-3.0, maxval=3.0)
     s_k = jax.random.uniform(jax.random.fold_in(ks, 1), (b, nk, 2), minval=-3.0, maxval=3.0)
-    mask = jax.random.uniform(km, (b, nk)) > 0.2
+    mask = (jax.random.uniform(km, (b, nk)) > 0.2).at[2].set(False)  # one with no key
     bias = _random_bias("euclidean", False, h, seed=4)
     graphdef, params = nnx.split(bias)
 
@@ -350,3 +351,54 @@ def test_fused_backward_with_uneven_key_chunks(monkeypatch):
     ref = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, q, k, v)
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5 * float(jnp.max(jnp.abs(y))))
+
+
+@needs_compiler
+def test_fused_backward_with_bfloat16_bias_weights(monkeypatch):
+    """Weights in bfloat16 with float32 activations: gradients in the weights' dtype."""
+    q, k, v, s_q, s_k, t_q, t_k, mask = _attention_inputs(16, seed=3, nk=40)
+    bias = _random_bias("great_circle", True, q.shape[2], seed=3)
+    spec, weights = bias.bind().native_rbf
+    qf, kf = bias.features(s_q, t_q), bias.features(s_k, t_k)
+
+    def loss(weights, q):
+        def bias_fn(a, b):
+            return spec.bias(a, b, *weights)
+
+        bias_fn.native_rbf = (spec, tuple(weights))
+        out = biased_scan_attention(q, k, v, bias_fn=bias_fn, q_feats=qf, k_feats=kf, k_mask=mask)
+        return jnp.sum(out**2)
+
+    w16 = [w.astype(jnp.bfloat16) for w in weights]
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(w16, q)
+    assert [g.dtype for g in got[0]] == [jnp.bfloat16] * len(w16)
+    monkeypatch.setenv("XNP_NATIVE", "0")
+    ref = jax.jit(jax.grad(loss, argnums=(0, 1)))(w16, q)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-4, atol=1e-5)
+    for x, y in zip(got[0], ref[0], strict=True):
+        np.testing.assert_allclose(x.astype(float), y.astype(float), rtol=2e-2, atol=1e-3)
+
+
+@needs_compiler
+def test_fused_backward_kernel_with_no_keys_and_bad_shapes():
+    """No keys at all gives zero cotangents; a wrongly shaped lse is an XLA error."""
+    bias = _random_bias("euclidean", False, 2, seed=0)
+    spec, weights = bias.bind().native_rbf
+    q = jnp.ones((1, 5, 2, 16))
+    k = v = jnp.ones((1, 0, 2, 16))
+    qf, kf = {"s": jnp.zeros((1, 5, 2))}, {"s": jnp.zeros((1, 0, 2))}
+    mask = jnp.ones((1, 0), bool)
+    lse, delta = jnp.full((1, 2, 5), jnp.inf), jnp.zeros((1, 2, 5))
+    d_out = jnp.ones((1, 5, 2, 16))
+    dq, dk, dv, dw = native.rbf_attention_bwd(
+        q, k, v, mask, qf, kf, spec, weights, d_out, lse, delta
+    )
+    np.testing.assert_array_equal(dq, 0.0)
+    assert dk.shape == (1, 0, 2, 16)
+    assert dv.shape == (1, 0, 2, 16)
+    for g in dw:
+        np.testing.assert_array_equal(g, 0.0)
+    with pytest.raises(Exception, match="lse and delta"):
+        native.rbf_attention_bwd(
+            q, k, v, mask, qf, kf, spec, weights, d_out, lse.reshape(1, 5, 2), delta
+        )

@@ -329,7 +329,8 @@ def _bsa_bwd(fns, tiles, res, d_out):
             dq, dk, dv, dw = native.rbf_attention_bwd(
                 q, k, v, mask, qf, kf, spec, consts, d_out, lse, delta
             )
-            return dq, dk, dv, [], [], c_split.floats(dw)
+            # float32, as the tiled backward's accumulators (the branches must match)
+            return dq, dk, dv, [], [], [g.astype(jnp.float32) for g in c_split.floats(dw)]
 
         grads = jax.lax.platform_dependent(
             consts,

@@ -164,7 +164,11 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Task& task) {
     }
   };
   const int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule(decltype(work)(work));
+  try {
+    for (int64_t t = 0; t < helpers; ++t) pool.Schedule(decltype(work)(work));
+  } catch (...) {
+    // fewer helpers (out of memory while scheduling): the caller's share grows
+  }
   work();
   std::unique_lock<std::mutex> lock(state->mutex);
   state->cv.wait(lock, [&] { return state->done.load() == n; });
@@ -576,24 +580,35 @@ KeyFeatures key_features(const AttnShapes& s, const float* fk, const float* tk,
   return kf;
 }
 
+// The operands both attention handlers take (q, k, v, mask, features, times, weights).
+struct AttnOperands {
+  ffi::Buffer<ffi::F32>&q, &k, &v, &mask, &fq, &fk, &tq, &tk, &as, &bs, &at, &bt;
+};
+
 // The shapes of an attention call into *out, checked; keys per tile at most max_tile.
-ffi::Error attention_shapes(const char* name, ffi::Buffer<ffi::F32>& q,
-                                          ffi::Buffer<ffi::F32>& k, ffi::Buffer<ffi::F32>& v,
-                                          ffi::Buffer<ffi::F32>& fq, ffi::Buffer<ffi::F32>& fk,
-                                          ffi::Buffer<ffi::F32>& as, ffi::Buffer<ffi::F32>& at,
-                                          int32_t metric, int64_t max_tile, AttnShapes* out) {
-  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
-  const auto fd = fq.dimensions(), ad = as.dimensions(), td = at.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 || ad.size() != 2 ||
-      td.size() != 2) {
+ffi::Error attention_shapes(const char* name, const AttnOperands& o, int32_t metric,
+                            int64_t max_tile, AttnShapes* out) {
+  const auto qd = o.q.dimensions(), kd = o.k.dimensions(), vd = o.v.dimensions();
+  const auto fd = o.fq.dimensions(), gd = o.fk.dimensions();
+  const auto ad = o.as.dimensions(), td = o.at.dimensions();
+  const auto bsd = o.bs.dimensions(), btd = o.bt.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || fd.size() != 3 || gd.size() != 3 ||
+      ad.size() != 2 || td.size() != 2 || bsd.size() != 2 || btd.size() != 2) {
     return ffi::Error::InvalidArgument(std::string(name) + ": unexpected ranks");
   }
   const int64_t tile = std::clamp((kd[1] + kLanes - 1) / kLanes * kLanes, kLanes, max_tile);
   const int64_t nkp = (kd[1] + tile - 1) / tile * tile;
   AttnShapes s{qd[0], qd[1], kd[1], qd[2], qd[3], vd[3], fd[2], ad[1], td[1], tile, nkp};
-  if (kd[0] != s.batch || kd[2] != s.heads || kd[3] != s.d || vd[0] != s.batch ||
-      vd[1] != s.nk || vd[2] != s.heads || fk.dimensions()[2] != s.cs ||
-      (metric == kGreatCircle && s.cs != 3) || s.fs > kMaxBasis || s.ft > kMaxBasis) {
+  const bool ok =
+      kd[0] == s.batch && kd[2] == s.heads && kd[3] == s.d && vd[0] == s.batch &&
+      vd[1] == s.nk && vd[2] == s.heads && fd[0] == s.batch && fd[1] == s.nq &&
+      gd[0] == s.batch && gd[1] == s.nk && gd[2] == s.cs && ad[0] == s.heads &&
+      td[0] == s.heads && bsd[0] == s.heads && bsd[1] == s.fs && btd[0] == s.heads &&
+      btd[1] == s.ft && o.mask.element_count() == static_cast<size_t>(s.batch * s.nk) &&
+      o.tq.element_count() == static_cast<size_t>(s.batch * s.nq) &&
+      o.tk.element_count() == static_cast<size_t>(s.batch * s.nk) &&
+      (metric != kGreatCircle || s.cs == 3) && s.fs <= kMaxBasis && s.ft <= kMaxBasis;
+  if (!ok) {
     return ffi::Error::InvalidArgument(std::string(name) + ": inconsistent shapes");
   }
   *out = s;
@@ -616,7 +631,8 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
                          int32_t metric, int32_t time, float gc_scale2) {
   try {
     AttnShapes s;
-    const ffi::Error bad = attention_shapes("xnp_rbf_attention", q, k, v, fq, fk, as, at, metric, kTile, &s);
+    const AttnOperands ops{q, k, v, mask, fq, fk, tq, tk, as, bs, at, bt};
+    const ffi::Error bad = attention_shapes("xnp_rbf_attention", ops, metric, kTile, &s);
     if (bad.failure()) return bad;
     const int64_t B = s.batch, H = s.heads;
     const std::vector<float> kt =
@@ -671,6 +687,7 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
 
 constexpr int64_t kTileBwd = 128;  // keys per tile at most
 constexpr int64_t kUnits = 64;     // aim for at least this many units of work
+constexpr int64_t kMaxShares = int64_t{1} << 26;  // floats of dq shares (256 MiB) at most
 
 struct BwdArgs {
   AttnArgs A;  // geometry, features and weights (out and lse unused)
@@ -793,7 +810,9 @@ void backward_unit(const BwdArgs& G, int64_t unit) {
         for (int64_t r = 0; r < kRows; ++r) {
           vf e[2 * kMaxBasis];
           vf sv = sacc[r];
-          const vf z1 = load(zs[r] + j), z2 = load(zt[r] + j);
+          // distances (written only for the terms that exist)
+          const vf z1 = A.metric != kNone ? load(zs[r] + j) : vf{};
+          const vf z2 = A.time ? load(zt[r] + j) : vf{};
           if (A.metric != kNone) {
             for (int64_t f = 0; f < s.fs; ++f) {
               e[f] = exp_nonpositive(z1 * nbs[f]);
@@ -859,8 +878,18 @@ ffi::Error rbf_attention_bwd(
     ffi::ResultBuffer<ffi::F32> dbt, int32_t metric, int32_t time, float gc_scale2) {
   try {
     AttnShapes s;
-    const ffi::Error bad = attention_shapes("xnp_rbf_attention_bwd", q, k, v, fq, fk, as, at, metric, kTileBwd, &s);
+    const AttnOperands ops{q, k, v, mask, fq, fk, tq, tk, as, bs, at, bt};
+    const ffi::Error bad = attention_shapes("xnp_rbf_attention_bwd", ops, metric, kTileBwd, &s);
     if (bad.failure()) return bad;
+    const auto od = dout.dimensions(), ld = lse.dimensions(), dd = delta.dimensions();
+    const bool stats_ok = ld.size() == 3 && dd.size() == 3 && ld[0] == s.batch &&
+                          ld[1] == s.heads && ld[2] == s.nq && dd[0] == s.batch &&
+                          dd[1] == s.heads && dd[2] == s.nq;
+    if (od.size() != 4 || od[0] != s.batch || od[1] != s.nq || od[2] != s.heads ||
+        od[3] != s.dv || !stats_ok) {
+      return ffi::Error::InvalidArgument(
+          "xnp_rbf_attention_bwd: expected d_out [B, Nq, H, Dv], lse and delta [B, H, Nq]");
+    }
     const int64_t B = s.batch, H = s.heads, D = s.d, F = s.fs + s.ft;
     const std::vector<float> kt =
         per_head(pool, k.typed_data(), B, s.nk, H, D, s.nkp, /*transposed=*/true);
@@ -873,11 +902,13 @@ ffi::Error rbf_attention_bwd(
     const std::vector<float> nbt = negated(bt.typed_data(), H * s.ft);
     // chunks of keys per (b, h): enough units for the pool (a function of the shapes
     // only, so the order of the sums is too)
+    // (and at most kMaxShares floats of dq shares)
     const int64_t tiles = s.nkp / s.tile;
-    const int64_t wanted =
-        std::min(tiles, std::max<int64_t>(1, kUnits / std::max<int64_t>(B * H, 1)));
-    const int64_t per_chunk = (tiles + wanted - 1) / wanted;  // tiles per chunk
-    const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;  // none of them empty
+    const int64_t dq_size = std::max<int64_t>(B * H * s.nq * D, 1);
+    const int64_t wanted = std::max<int64_t>(
+        1, std::min({tiles, kUnits / std::max<int64_t>(B * H, 1), kMaxShares / dq_size}));
+    const int64_t per_chunk = tiles == 0 ? 1 : (tiles + wanted - 1) / wanted;
+    const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;  // none empty; 0 if no keys
     const int64_t chunk = per_chunk * s.tile;
     const int64_t units = B * H * chunks;
     std::vector<float> dq_part(chunks * B * H * s.nq * D, 0.f);
