@@ -210,9 +210,8 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     inputs on the CPU, one native kernel computes the same
     (:func:`xnp.nn.native.rbf_attention`).
     """
-    spec = fns[2] if len(fns) > 2 else None
-    float32 = all(x.dtype == jnp.float32 for x in (q, k, v))
-    if spec is not None and float32 and native.enabled():
+    spec = _fused_spec(fns, q, k, v)
+    if spec is not None:
         args = (q, k, v, qf, kf, mask, consts)
         return jax.lax.platform_dependent(
             *args,
@@ -222,6 +221,17 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
             default=lambda *a: _forward_xla(fns, tiles, *a, bound),
         )
     return _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
+
+
+def _fused_spec(fns, *arrays):
+    """The :class:`~xnp.nn.bias.RBFSpec` when the native kernels can run, else None.
+
+    They need an RBF bias (``fns[2]``), float32 ``arrays`` and :func:`native.enabled`.
+    """
+    spec = fns[2] if len(fns) > 2 else None
+    if spec is None or any(x.dtype != jnp.float32 for x in arrays):
+        return None
+    return spec if native.enabled() else None
 
 
 def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
@@ -319,11 +329,9 @@ def _bsa_bwd(fns, tiles, res, d_out):
     )
     qf_split, kf_split, c_split = splits
     data = (q, k, v, qf, kf, mask, d_out, lse, delta)
-    spec = fns[2] if len(fns) > 2 else None
-    float32 = all(x.dtype == jnp.float32 for x in (q, k, v, d_out))
-    features_fixed = not qf_split.floats(qf) and not kf_split.floats(kf)
-    if spec is not None and float32 and features_fixed and native.enabled():
-        # an RBF bias and no cotangent for the features: on the CPU one native kernel
+    spec = _fused_spec(fns, q, k, v, d_out)
+    if spec is not None and not qf_split.floats(qf) and not kf_split.floats(kf):
+        # no cotangent for the features: on the CPU one native kernel
         def cpu(consts, *data):
             q, k, v, qf, kf, mask, d_out, lse, delta = data
             dq, dk, dv, dw = native.rbf_attention_bwd(

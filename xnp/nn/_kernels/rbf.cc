@@ -621,6 +621,47 @@ std::vector<float> negated(const float* x, int64_t n) {
   return out;
 }
 
+// What both attention handlers prepare from their operands: the keys transposed per
+// head, the key side's features, times and mask, and the negated rates.
+struct Prepared {
+  std::vector<float> kt;
+  KeyFeatures kf;
+  std::vector<float> nbs, nbt;
+};
+
+Prepared prepare(ffi::ThreadPool& pool, const AttnShapes& s, const AttnOperands& o) {
+  return {per_head(pool, o.k.typed_data(), s.batch, s.nk, s.heads, s.d, s.nkp,
+                   /*transposed=*/true),
+          key_features(s, o.fk.typed_data(), o.tk.typed_data(), o.mask.typed_data()),
+          negated(o.bs.typed_data(), s.heads * s.fs), negated(o.bt.typed_data(), s.heads * s.ft)};
+}
+
+// The kernels' arguments; vh (rows of values), out and lse only for the forward.
+AttnArgs attn_args(const AttnShapes& s, const AttnOperands& o, const Prepared& p,
+                   int32_t metric, int32_t time, float gc_scale2, const float* vh, float* out,
+                   float* lse) {
+  return AttnArgs{s,
+                  metric,
+                  time != 0,
+                  gc_scale2,
+                  1.0f / std::sqrt(static_cast<float>(s.d)),
+                  o.q.typed_data(),
+                  p.kt.data(),
+                  vh,
+                  p.kf.mask.data(),
+                  o.fq.typed_data(),
+                  p.kf.fkt.data(),
+                  o.tq.typed_data(),
+                  p.kf.tk.data(),
+                  o.as.typed_data(),
+                  p.nbs.data(),
+                  o.at.typed_data(),
+                  p.nbt.data(),
+                  out,
+                  lse,
+                  p.kf.live.data()};
+}
+
 ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> mask,
                          ffi::Buffer<ffi::F32> fq, ffi::Buffer<ffi::F32> fk,
@@ -634,20 +675,12 @@ ffi::Error rbf_attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buf
     const AttnOperands ops{q, k, v, mask, fq, fk, tq, tk, as, bs, at, bt};
     const ffi::Error bad = attention_shapes("xnp_rbf_attention", ops, metric, kTile, &s);
     if (bad.failure()) return bad;
-    const int64_t B = s.batch, H = s.heads;
-    const std::vector<float> kt =
-        per_head(pool, k.typed_data(), B, s.nk, H, s.d, s.nkp, /*transposed=*/true);
+    const int64_t B = s.batch;
+    const Prepared prep = prepare(pool, s, ops);
     const std::vector<float> vh =
-        per_head(pool, v.typed_data(), B, s.nk, H, s.dv, s.nkp, /*transposed=*/false);
-    const KeyFeatures kf = key_features(s, fk.typed_data(), tk.typed_data(), mask.typed_data());
-    const std::vector<float> nbs = negated(bs.typed_data(), H * s.fs);
-    const std::vector<float> nbt = negated(bt.typed_data(), H * s.ft);
-    const AttnArgs A{s,           metric,          time != 0,       gc_scale2,
-                     1.0f / std::sqrt(static_cast<float>(s.d)),     q.typed_data(),
-                     kt.data(),   vh.data(),       kf.mask.data(),  fq.typed_data(),
-                     kf.fkt.data(), tq.typed_data(), kf.tk.data(),  as.typed_data(),
-                     nbs.data(),  at.typed_data(), nbt.data(),      out->typed_data(),
-                     lse->typed_data(), kf.live.data()};
+        per_head(pool, v.typed_data(), B, s.nk, s.heads, s.dv, s.nkp, /*transposed=*/false);
+    const AttnArgs A = attn_args(s, ops, prep, metric, time, gc_scale2, vh.data(),
+                                 out->typed_data(), lse->typed_data());
     auto run = [&](auto block) {
       const int64_t per_b = (s.nq + kRows - 1) / kRows;
       parallel_for(pool, B * per_b, [&](int64_t blk) {
@@ -891,18 +924,14 @@ ffi::Error rbf_attention_bwd(
           "xnp_rbf_attention_bwd: expected d_out [B, Nq, H, Dv], lse and delta [B, H, Nq]");
     }
     const int64_t B = s.batch, H = s.heads, D = s.d, F = s.fs + s.ft;
-    const std::vector<float> kt =
-        per_head(pool, k.typed_data(), B, s.nk, H, D, s.nkp, /*transposed=*/true);
+    const Prepared prep = prepare(pool, s, ops);
     const std::vector<float> kh =
         per_head(pool, k.typed_data(), B, s.nk, H, D, s.nkp, /*transposed=*/false);
     const std::vector<float> vt =
         per_head(pool, v.typed_data(), B, s.nk, H, s.dv, s.nkp, /*transposed=*/true);
-    const KeyFeatures kf = key_features(s, fk.typed_data(), tk.typed_data(), mask.typed_data());
-    const std::vector<float> nbs = negated(bs.typed_data(), H * s.fs);
-    const std::vector<float> nbt = negated(bt.typed_data(), H * s.ft);
-    // chunks of keys per (b, h): enough units for the pool (a function of the shapes
-    // only, so the order of the sums is too)
-    // (and at most kMaxShares floats of dq shares)
+    // chunks of keys per (b, h): enough units for the pool, and at most kMaxShares
+    // floats of dq shares (a function of the shapes only, so the order of the sums is
+    // too)
     const int64_t tiles = s.nkp / s.tile;
     const int64_t dq_size = std::max<int64_t>(B * H * s.nq * D, 1);
     const int64_t wanted = std::max<int64_t>(
@@ -914,10 +943,7 @@ ffi::Error rbf_attention_bwd(
     std::vector<float> dq_part(chunks * B * H * s.nq * D, 0.f);
     std::vector<double> sums(units * 2 * F, 0.0);
     const BwdArgs G{
-        AttnArgs{s, metric, time != 0, gc_scale2, 1.0f / std::sqrt(static_cast<float>(D)),
-                 q.typed_data(), kt.data(), nullptr, kf.mask.data(), fq.typed_data(),
-                 kf.fkt.data(), tq.typed_data(), kf.tk.data(), as.typed_data(), nbs.data(),
-                 at.typed_data(), nbt.data(), nullptr, nullptr, kf.live.data()},
+        attn_args(s, ops, prep, metric, time, gc_scale2, nullptr, nullptr, nullptr),
         kh.data(), vt.data(), dout.typed_data(), lse.typed_data(), delta.typed_data(),
         chunks, chunk, dq_part.data(), dk->typed_data(), dv->typed_data(), sums.data()};
     // keys past the last valid one get zero cotangents from every unit; padded keys
@@ -951,10 +977,12 @@ ffi::Error rbf_attention_bwd(
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t f = 0; f < nf; ++f) {
           double se = 0.0, sez = 0.0;
-          for (int64_t u = 0; u < units; ++u) {
-            if ((u / chunks) % H != h) continue;
-            se += sums[(u * F + f0 + f) * 2];
-            sez += sums[(u * F + f0 + f) * 2 + 1];
+          for (int64_t b = 0; b < B; ++b) {
+            for (int64_t c = 0; c < chunks; ++c) {
+              const int64_t u = (b * H + h) * chunks + c;  // units in order
+              se += sums[(u * F + f0 + f) * 2];
+              sez += sums[(u * F + f0 + f) * 2 + 1];
+            }
           }
           da[h * nf + f] = static_cast<float>(se);
           db[h * nf + f] = static_cast<float>(-a[h * nf + f] * sez);
