@@ -1,4 +1,4 @@
-"""The context's linear trend for zero-shot prediction (``trend="linear"``)."""
+"""The context's trend for zero-shot prediction (``trend="constant"`` / ``"linear"``)."""
 
 import numpy as np
 import pandas as pd
@@ -7,7 +7,8 @@ import xarray as xr
 from strategies import DATA_DIR, requires_data
 
 import xnp
-from xnp.data.trend import LinearTrend, declustering_weights
+import xnp.data.trend as trend_module
+from xnp.data.trend import _NUGGET, _RANGE, Trend, gls_covariance
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.infer import _xyz as _unit_vectors
 from xnp.validation import BlockKFold, cross_validate
@@ -27,49 +28,98 @@ def test_a_plane_on_the_sphere_is_recovered_exactly_with_no_variance():
     rng = np.random.default_rng(0)
     s = np.stack([rng.uniform(30, 60, 50), rng.uniform(170, 200, 50)], -1)  # across 180°
     s[:, 1] = (s[:, 1] + 180) % 360 - 180
-    trend = LinearTrend.fit(s, _tangent_plane(s, _unit_vectors(s).mean(0))[:, None],
-                            spherical=True)  # fmt: skip
+    trend = Trend.fit(s, _tangent_plane(s, _unit_vectors(s).mean(0))[:, None], spherical=True)
     new = np.array([[45.0, 179.5], [40.0, -175.0], [58.0, 175.0]])
     mean, var = trend.at(new)
     np.testing.assert_allclose(mean[:, 0], _tangent_plane(new, _unit_vectors(s).mean(0)),
                                atol=1e-9)  # fmt: skip
     assert np.all(var < 1e-18)
+    np.testing.assert_allclose(trend.shift, 0.0, atol=1e-9)
 
 
-def test_the_estimate_and_its_variance_are_those_of_weighted_least_squares():
+def _clustered(rng: np.random.Generator) -> np.ndarray:
+    """30 points spread over [0, 10]², then 30 in a corner cell of [0, 1]²."""
+    return np.concatenate([rng.uniform(0, 10, (30, 2)), rng.uniform(0, 1, (30, 2))])
+
+
+def test_the_estimate_and_its_variance_are_those_of_generalised_least_squares():
     rng = np.random.default_rng(1)
-    s = np.concatenate([rng.uniform(0, 10, (30, 2)), rng.uniform(0, 1, (30, 2))])  # a cluster
+    s = _clustered(rng)
     f = 1.0 + 0.5 * s[:, 0] - 0.2 * s[:, 1] + rng.normal(0, 0.3, 60)
-    trend = LinearTrend.fit(s, f[:, None], spherical=False)
-    w = declustering_weights(s)
-    assert w[30:].mean() < 0.2 * w[:30].mean()  # the cluster weighs less
+    trend = Trend.fit(s, f[:, None], spherical=False)
+    c = gls_covariance(s, _RANGE, _NUGGET)
     a = np.column_stack([np.ones(60), s])
-    normal = np.linalg.inv(a.T @ (w[:, None] * a))
-    coef = normal @ a.T @ (w * f)
-    sigma2 = np.sum((f - a @ coef) ** 2) / (60 - 3)
+    normal = np.linalg.inv(a.T @ np.linalg.solve(c, a))
+    coef = normal @ a.T @ np.linalg.solve(c, f)
+    resid = f - a @ coef
     x = np.array([[1.0, 20.0, -5.0]])  # far outside: the variance grows
     mean, var = trend.at(x[:, 1:])
     np.testing.assert_allclose(mean[0, 0], x[0] @ coef, rtol=1e-10)
-    expected = sigma2 * x[0] @ normal @ (a.T @ ((w * w)[:, None] * a)) @ normal @ x[0]
+    expected = resid @ resid / (60 - 3) * x[0] @ normal @ x[0]
     np.testing.assert_allclose(var[0, 0], expected, rtol=1e-8)
-    inside = trend.at(np.array([[5.0, 5.0]]))[1]
-    assert var[0, 0] > 10 * inside[0, 0]
-    # on an even design the weights are equal away from the edges (ordinary least
-    # squares there), and no weight exceeds the cap of 4 × the median
-    grid = np.stack(np.meshgrid(np.arange(10.0), np.arange(10.0)), -1).reshape(-1, 2)
-    wg = declustering_weights(grid).reshape(10, 10)
-    np.testing.assert_allclose(wg[2:-2, 2:-2], wg[5, 5])
-    assert wg.max() <= 4.0 * np.median(wg) + 1e-12
-    # add_to: the trend onto the mean, its variance onto the predictive variance
-    m, sd = trend.add_to(x[:, 1:], np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32))
+    np.testing.assert_allclose(trend.shift[0], -resid.mean(), rtol=1e-10)
+    assert var[0, 0] > 10 * trend.at(np.array([[5.0, 5.0]]))[1][0, 0]
+
+
+def test_a_dense_cluster_does_not_set_the_mean():
+    rng = np.random.default_rng(2)
+    s = _clustered(rng)
+    f = np.where(np.arange(60) < 30, 0.0, 3.0) + rng.normal(0, 0.1, 60)  # the cluster is warm
+    trend = Trend.fit(s, f[:, None], spherical=False, degree=0)
+    assert trend.coef.shape == (1, 1)
+    assert trend.basis.shape == (2, 0)
+    gls_mean = float(trend.coef[0, 0])
+    assert float(f.mean()) > 1.4  # the plain mean, half of it the cluster's
+    assert abs(gls_mean) < 0.8
+    np.testing.assert_allclose(trend.shift[0], -(f - gls_mean).mean(), rtol=1e-12)
+    # the same everywhere, and on an even design about the plain mean
+    np.testing.assert_allclose(trend.at(np.array([[50.0, -3.0]]))[0][0, 0], gls_mean)
+    even = Trend.fit(s[:30], f[:30, None] + 1.0, spherical=False, degree=0)
+    assert abs(float(even.coef[0, 0]) - float(f[:30].mean() + 1.0)) < 0.05
+    # all observations at one place: one value, whatever the covariance's range
+    one = Trend.fit(np.zeros((4, 2)), np.array([[1.0], [2.0], [3.0], [6.0]]), spherical=False,
+                    degree=0)  # fmt: skip
+    np.testing.assert_allclose(one.coef[0, 0], 3.0)
+
+
+def test_add_to_moves_the_prediction_to_the_trend_where_the_observations_leave_it():
+    rng = np.random.default_rng(3)
+    s = _clustered(rng)
+    f = np.where(np.arange(60) < 30, 0.0, 3.0) + rng.normal(0, 0.1, 60)
+    trend = Trend.fit(s, f[:, None], spherical=False, degree=0)
+    where = np.array([[5.0, 5.0], [5.0, 5.0], [40.0, 40.0]])
+    t, var = trend.at(where)
+    mean = np.zeros((3, 1), np.float32)
+    std = np.array([[0.5], [3.0], [3.0]], np.float32)
+    # without the residuals' spread: all of the shift and of the variance
+    m, sd = trend.add_to(where, mean, std)
     assert m.dtype == sd.dtype == np.float32
-    np.testing.assert_allclose(sd[0, 0], np.sqrt(1.0 + var[0, 0]), rtol=1e-6)
-    # with the residuals' spread: the share of the prior variance left at the target
-    # (a quarter here), at most all of it
-    std = np.array([[0.5], [3.0]], np.float32)
-    _, sd = trend.add_to(np.repeat(x[:, 1:], 2, axis=0), np.zeros((2, 1)), std, np.array([1.0]))
-    np.testing.assert_allclose(sd[:, 0], np.sqrt(std[:, 0] ** 2 + [0.25 * var[0, 0], var[0, 0]]),
+    np.testing.assert_allclose(m[:, 0], t[:, 0] + trend.shift[0], rtol=1e-6)
+    np.testing.assert_allclose(sd[:, 0], np.sqrt(std[:, 0] ** 2 + var[:, 0]), rtol=1e-6)
+    # with it (1 here): the share of the prior variance left, a quarter, then all
+    m, sd = trend.add_to(where, mean, std, np.array([1.0]))
+    share = np.array([0.25, 1.0, 1.0])
+    np.testing.assert_allclose(m[:, 0], t[:, 0] + share * trend.shift[0], rtol=1e-6)
+    np.testing.assert_allclose(sd[:, 0], np.sqrt(std[:, 0] ** 2 + share * var[:, 0]),
                                rtol=1e-6)  # fmt: skip
+
+
+def test_large_contexts_are_fitted_on_a_fixed_subset(monkeypatch):
+    monkeypatch.setattr(trend_module, "_MAX_POINTS", 40)
+    rng = np.random.default_rng(4)
+    s = rng.uniform(0, 10, (100, 2))
+    f = (s @ [1.0, -2.0] + rng.normal(0, 1.0, 100))[:, None]
+    first = Trend.fit(s, f, spherical=False)
+    again = Trend.fit(s, f, spherical=False)
+    np.testing.assert_array_equal(first.coef, again.coef)  # the same subset every time
+    full = np.column_stack([np.ones(100), s - s.mean(0)])
+    sub = np.sort(np.random.default_rng(0).choice(100, 40, replace=False))
+    c = gls_covariance(s[sub], _RANGE, _NUGGET)
+    a = full[sub]
+    expected = np.linalg.solve(a.T @ np.linalg.solve(c, a), a.T @ np.linalg.solve(c, f[sub, 0]))
+    np.testing.assert_allclose(first.coef[:, 0], expected, rtol=1e-8)
+    resid = f[:, 0] - full @ first.coef[:, 0]
+    np.testing.assert_allclose(first.shift[0], -resid.mean())  # over every point
 
 
 def test_points_around_the_globe_use_the_three_unit_vector_components():
@@ -77,23 +127,29 @@ def test_points_around_the_globe_use_the_three_unit_vector_components():
     s = np.stack([np.rad2deg(np.arcsin(rng.uniform(-1, 1, 200))), rng.uniform(-180, 180, 200)],
                  -1)  # fmt: skip
     f = 2.0 + _unit_vectors(s) @ np.array([1.0, -3.0, 0.5])
-    trend = LinearTrend.fit(s, f[:, None], spherical=True)
+    trend = Trend.fit(s, f[:, None], spherical=True)
     assert trend.coef.shape == (4, 1)
     np.testing.assert_allclose(trend.at(s)[0][:, 0], f, atol=1e-9)
 
 
 def test_too_few_or_collinear_observations_are_a_clear_error():
     with pytest.raises(EmptyDataError, match="at least 4 observations"):
-        LinearTrend.fit(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]), np.ones((3, 1)),
-                        spherical=False)  # fmt: skip
+        Trend.fit(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]), np.ones((3, 1)),
+                  spherical=False)  # fmt: skip
     line = np.stack([np.arange(6.0), 2 * np.arange(6.0)], -1)
     with pytest.raises(EmptyDataError, match="on one line"):
-        LinearTrend.fit(line, np.arange(6.0)[:, None], spherical=False)
+        Trend.fit(line, np.arange(6.0)[:, None], spherical=False)
+    # a line is enough for a constant, one observation is not
+    assert Trend.fit(line, np.arange(6.0)[:, None], spherical=False, degree=0).coef.shape == (1, 1)
+    with pytest.raises(EmptyDataError, match="trend='constant' needs at least 2"):
+        Trend.fit(line[:1], np.ones((1, 1)), spherical=False, degree=0)
+    with pytest.raises(ConfigError, match="degree must be 0"):
+        Trend.fit(line, np.arange(6.0)[:, None], spherical=False, degree=2)
     # a variable's own missing values count
     s = np.random.default_rng(3).uniform(0, 1, (6, 2))
     f = np.column_stack([np.arange(6.0), [1.0, np.nan, np.nan, np.nan, 2.0, 3.0]])
     with pytest.raises(EmptyDataError, match="variable 1"):
-        LinearTrend.fit(s, f, spherical=False)
+        Trend.fit(s, f, spherical=False)
 
 
 # ------------------------------------------------------------------- with the shipped model
@@ -153,9 +209,32 @@ def test_an_exactly_planar_field_is_predicted_as_the_plane(model):
     np.testing.assert_allclose(float(pred.v_mean.squeeze()), expected, atol=1e-4)
 
 
+def test_far_from_a_clustered_network_the_constant_trend_reverts_to_the_gls_mean(model):
+    # 40 stations spread over 10° at about 10 K, and 60 in a warm 0.6° corner at 13 K:
+    # the plain mean (11.8 K) follows the cluster, the GLS mean (10.3 K) does not
+    rng = np.random.default_rng(5)
+    lat = np.concatenate([rng.uniform(40, 50, 40), rng.uniform(40, 40.6, 60)])
+    lon = np.concatenate([rng.uniform(0, 10, 40), rng.uniform(0, 0.6, 60)])
+    v = np.where(np.arange(100) < 40, 10.0, 13.0) + rng.normal(0, 0.3, 100)
+    context = xr.Dataset({"t": ("station", v, {"units": "K"})},
+                         coords={"lat": ("station", lat), "lon": ("station", lon)})  # fmt: skip
+    targets = xr.Dataset(coords={"lat": ("p", [45.0, 40.3]), "lon": ("p", [18.0, 0.3])})
+    plain = context.np.predict(model, targets)
+    const = context.np.predict(model, targets, trend="constant")
+    gls = Trend.fit(np.stack([lat, lon], -1), v[:, None], spherical=True, degree=0)
+    assert abs(float(gls.coef[0, 0]) - 10.3) < 0.3
+    # 700 km east of the network the model's prediction moves most of the way down
+    far_plain, far_const = float(plain.t_mean[0]), float(const.t_mean[0])
+    assert far_const < far_plain - 0.5 * (far_plain - float(gls.coef[0, 0]))
+    # inside the warm cluster the observations hold it
+    assert abs(float(const.t_mean[1]) - 13.0) < 1.0
+    assert const.attrs["xnp_trend"].startswith("constant: ")
+    assert (const.t_std > 0).all()
+
+
 def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
     ds = gradient_field().isel(time=0)
-    with pytest.raises(ConfigError, match="None or 'linear'"):
+    with pytest.raises(ConfigError, match="None, 'constant' or 'linear'"):
         ds.np.predict(model, trend="quadratic")
     fitted = model.with_normaliser(model.normaliser, ["field"])  # a copy
     fitted.normalise = "fitted"

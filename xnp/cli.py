@@ -1212,10 +1212,12 @@ def _add_predict(subs: Any) -> None:
     )
     p.add_argument(
         "--trend",
-        choices=["linear"],
-        help="zero-shot models only: remove the context's least-squares plane before "
-        "the model and add it back, with its uncertainty (for fields with a "
-        "large-scale gradient; default: none)",
+        choices=["constant", "linear"],
+        help="zero-shot models only: estimate the context's mean (constant) or plane "
+        "(linear) by generalised least squares, with dense station clusters "
+        "down-weighted as in kriging; the model interpolates the rest and the "
+        "prediction reverts to the trend far from the observations (recommended for "
+        "station networks with gaps; default: none, the plain mean)",
     )
     p.add_argument(
         "--chunks",

@@ -50,7 +50,7 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
-from xnp.data.trend import LinearTrend
+from xnp.data.trend import Trend
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -228,7 +228,7 @@ class _Context:
     predictor: Predictor
     points: Points
     attrs: dict[str, dict]
-    trend: LinearTrend | None = None
+    trend: Trend | None = None
     _state: Any = None
 
     def state(self) -> Any:
@@ -258,7 +258,7 @@ class _Payload:
     radius_km: float | None
     model: Any
     t_target: float | None = None
-    trend: LinearTrend | None = None
+    trend: Trend | None = None
 
     def block(self, *covariates: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         """Predict one block of the targets → ``block shape + (2·Dy,)``.
@@ -353,7 +353,8 @@ class _Options:
     progress: bool
     #: further context of a multi-source model: (source id, Dataset) pairs
     sources: tuple[tuple[int, xr.Dataset], ...] = ()
-    #: "linear": a zero-shot model interpolates the residuals of the context's plane
+    #: "constant" / "linear": a zero-shot model interpolates the residuals of the
+    #: context's GLS mean or plane
     trend: str | None = None
 
 
@@ -521,8 +522,8 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         raw = ps.f
         if opts.trend is not None:  # the model sees the residuals of the context's plane
-            trend = LinearTrend.fit(ps.s, ps.f, spherical=not is_planar(model.config),
-                                    names=variables)  # fmt: skip
+            trend = Trend.fit(ps.s, ps.f, spherical=not is_planar(model.config),
+                              degree=_DEGREES[opts.trend], names=variables)  # fmt: skip
             ps = dataclasses.replace(ps, f=ps.f - trend.at(ps.s)[0])
         stats = {}
         for j, v in enumerate(variables):
@@ -716,15 +717,18 @@ def _check_within_radius(model: Any, context: Points, targets: PointSet, radius_
 def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:
     out = _run(_context(model, data, opts), template, opts)
     if opts.trend is not None:
-        out.attrs["xnp_trend"] = _TREND_NOTE
+        out.attrs["xnp_trend"] = f"{opts.trend}: {_TREND_NOTE}"
     return out
 
 
-#: Provenance of a prediction made with ``trend="linear"``.
+#: ``trend=`` → the degree of the :class:`~xnp.data.trend.Trend`.
+_DEGREES = {"constant": 0, "linear": 1}
+
+#: Provenance of a prediction made with ``trend=`` (after the trend's name).
 _TREND_NOTE = (
-    "linear: a least-squares plane of the context (tangent plane at its centre, "
-    "declustering weights) was removed before the model and added back, its "
-    "estimation variance to the variance (in the share the observations leave)"
+    "the context's generalised-least-squares trend (fixed exponential covariance; "
+    "a plane in the tangent plane at its centre) was removed before the model and "
+    "added back, with its estimation variance, in the share the observations leave"
 )
 
 
@@ -797,17 +801,23 @@ def predict(
         Multi-source models: further observations under the names the model was
         fitted with (see :func:`xnp.api.fit`); their frames at the context's
         times join the context.  Sources left out simply add nothing.
-    trend : {None, "linear"}
-        Zero-shot models only.  ``"linear"``: fit a plane to each context set
-        (each time; all of it, also with ``context_radius``) by least squares,
-        on the sphere in the tangent plane at the context's centre, with dense
-        clusters of stations down-weighted (:class:`xnp.data.trend.LinearTrend`);
-        let the model interpolate the residuals and add the plane back, with the
-        variance of its estimate added to the predictive variance in the share
-        the observations leave unexplained.  For fields with a large-scale
-        gradient (temperature across a continent), not for extrapolation; on
-        stationary fields with short correlation lengths it costs accuracy (see
-        the benchmarks).
+    trend : {None, "constant", "linear"}
+        Zero-shot models only: the context's large-scale mean, estimated before
+        the model sees the values (:class:`xnp.data.trend.Trend`), per context
+        set (each time; all of it, also with ``context_radius``).  ``None``: the
+        model standardises the context by its plain mean, which it predicts far
+        from the observations.  ``"constant"``: the mean is estimated by
+        generalised least squares, with dense clusters of stations down-weighted
+        as in ordinary kriging, and the prediction reverts to it where the
+        observations leave the field unexplained.  ``"linear"``: a plane (on the
+        sphere, in the tangent plane at the context's centre), as universal
+        kriging's drift, for fields with a large-scale gradient (temperature
+        across a region); the model interpolates the residuals, and the plane is
+        added back.  Either way the variance of the estimate is added to the
+        predictive variance in the share the observations leave.  Recommended for
+        station networks with gaps (coasts, mountains); on evenly observed
+        stationary fields with short correlation lengths the plane costs a little
+        accuracy (see the benchmarks).
 
     Returns
     -------
@@ -819,8 +829,8 @@ def predict(
         ``valid_time = init_time + lead_time`` coordinate.
     """
     model = _resolve_model(model)
-    if trend not in (None, "linear"):
-        raise ConfigError(f"trend must be None or 'linear'; got {trend!r}.")
+    if trend is not None and trend not in _DEGREES:
+        raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
     if trend is not None and getattr(model, "normalise", "fitted") != "context":
         raise ConfigError(
             "trend= is for zero-shot models, which standardise each context set by its own "
