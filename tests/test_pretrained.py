@@ -98,3 +98,70 @@ def test_zero_shot_context_with_coordinates_as_data_variables(model):
     out = xnp.predict(model, table)
     assert list(out.data_vars) == ["t2m_mean", "t2m_std"]
     assert np.isfinite(out.t2m_mean).all()
+
+
+def _fixed_size(model: xnp.NeuralProcess) -> xnp.NeuralProcess:
+    """A copy of ``model`` that is never rescaled to its working size."""
+    other = model.with_normaliser(model.normaliser, model.variables)
+    other.training = {k: v for k, v in model.training.items() if k != "context_rms_km"}
+    return other
+
+
+def _stations(rng: np.random.Generator, half_width: float, n: int = 60) -> xr.Dataset:
+    lat, lon = rng.uniform(-half_width, half_width, (2, n))
+    return xr.Dataset({"t": ("station", rng.normal(size=n), {"units": "K"})},
+                      coords={"lat": ("station", lat), "lon": ("station", lon)})  # fmt: skip
+
+
+def test_rescaled_rates_are_a_longer_spatial_scale(model):
+    import dataclasses
+
+    rng = np.random.default_rng(2)
+    context = _stations(rng, 5.0)
+    targets = _stations(rng, 5.0, 25).drop_vars("t")
+    plain = _fixed_size(model)
+    reference = xnp.NeuralProcess(
+        dataclasses.replace(model.config, spatial_scale=model.config.spatial_scale * 0.6),
+        model.params_, normaliser=model.normaliser, variables=model.variables,
+        normalise="context",
+    )  # fmt: skip
+    fast = plain.with_distance_scale(0.6)
+    assert fast.graphdef is plain.graphdef  # nothing to recompile
+    assert fast.training["max_distance_km"] == pytest.approx(
+        0.6 * model.training["max_distance_km"]
+    )
+    a, b = xnp.predict(fast, context, targets), xnp.predict(reference, context, targets)
+    np.testing.assert_allclose(a.t_mean, b.t_mean, atol=1e-5)
+    np.testing.assert_allclose(a.t_std, b.t_std, atol=1e-5)
+    assert not np.allclose(a.t_mean, xnp.predict(plain, context, targets).t_mean, atol=1e-3)
+    with pytest.raises(ConfigError, match="positive finite"):
+        plain.with_distance_scale(0.0)
+    embedded = plain.with_normaliser(plain.normaliser, plain.variables)
+    embedded.config = dataclasses.replace(model.config, embed_s=True)
+    with pytest.raises(ConfigError, match="embed_s=True"):
+        embedded.with_distance_scale(2.0)
+
+
+def test_every_context_is_seen_at_the_working_size(model):
+    rng = np.random.default_rng(3)
+    context = _stations(rng, 3.0)
+    targets = _stations(rng, 3.0, 25).drop_vars("t")
+    # the rms distance of the stations from their centre, against the model's 450 km
+    from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
+
+    xyz = np.asarray(latlon_to_xyz(context.lat.values, context.lon.values), np.float64)
+    rms = EARTH_RADIUS_KM * np.sqrt(np.mean(np.sum((xyz - xyz.mean(0)) ** 2, axis=1)))
+    assert model.training["context_rms_km"] == 450.0
+    expected = _fixed_size(model).with_distance_scale(rms / 450.0)
+    auto = xnp.predict(model, context, targets)
+    np.testing.assert_allclose(auto.t_mean, xnp.predict(expected, context, targets).t_mean,
+                               atol=1e-5)  # fmt: skip
+    # so the same network at twice the size (near the equator: distances double) gets the
+    # same predictions at the targets moved with it
+    big = context.assign_coords(lat=2 * context.lat, lon=2 * context.lon)
+    moved = targets.assign_coords(lat=2 * targets.lat, lon=2 * targets.lon)
+    twice = xnp.predict(model, big, moved)
+    np.testing.assert_allclose(twice.t_mean, auto.t_mean, atol=5e-3)
+    np.testing.assert_allclose(twice.t_std, auto.t_std, atol=5e-3)
+    fixed = xnp.predict(_fixed_size(model), big, moved)
+    assert not np.allclose(fixed.t_mean, auto.t_mean, atol=5e-2)

@@ -45,6 +45,7 @@ from xnp.errors import (
     XnpError,
 )
 from xnp.models.registry import build_model, config_from_dict, config_to_dict
+from xnp.nn.bias import rescaled_rates
 from xnp.points import Points
 from xnp.train import HISTORY_FIELDS, _eval_step
 
@@ -305,6 +306,54 @@ class NeuralProcess:
         other = copy.copy(self)
         other.normaliser = normaliser
         other.variables = tuple(variables)
+        return other
+
+    def with_distance_scale(self, factor: float) -> NeuralProcess:
+        """The same model, reading every distance as ``1 / factor`` times as long.
+
+        Equivalent to multiplying ``config.spatial_scale`` by ``factor``, but done on
+        the parameters: the rates of the spatial attention bias are divided by
+        ``factor²`` (:func:`xnp.nn.bias.rescaled_rates`), so compiled functions are
+        reused.  The distance limit ``training["max_distance_km"]``, if any, is
+        multiplied by ``factor``.  Zero-shot prediction uses this to show the model
+        each context network at one size (see :func:`xnp.predict`).  Only models
+        that see locations through the attention bias alone (``embed_s=False``)
+        can be rescaled.
+
+        Raises
+        ------
+        ConfigError
+            When the model embeds coordinates or has no spatial bias, or
+            ``factor`` is not a positive finite number.
+
+        Examples
+        --------
+        >>> import xnp
+        >>> model = xnp.pretrained("gp-sphere")
+        >>> model.with_distance_scale(0.5).training["max_distance_km"]
+        1200.0
+        """
+        cfg = self.config
+        if getattr(cfg, "spatial_bias", "none") == "none" or getattr(cfg, "embed_s", True):
+            raise ConfigError(
+                "with_distance_scale needs a model that sees locations only through its "
+                "spatial attention bias (spatial_bias set, embed_s=False); this one "
+                f"has spatial_bias={getattr(cfg, 'spatial_bias', None)!r}, "
+                f"embed_s={getattr(cfg, 'embed_s', None)!r}."
+            )
+        if not (np.isfinite(factor) and factor > 0):
+            raise ConfigError(f"factor must be a positive finite number; got {factor!r}.")
+
+        def rescale(path: tuple, leaf: Any) -> Any:
+            names = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
+            spatial_rates = "b_raw" in names and names[names.index("b_raw") - 1] == "space"
+            return rescaled_rates(leaf, factor) if spatial_rates else leaf
+
+        other = copy.copy(self)
+        other.params_ = jax.tree_util.tree_map_with_path(rescale, self.params_)
+        other.training = dict(self.training)
+        if other.training.get("max_distance_km"):
+            other.training["max_distance_km"] = float(self.training["max_distance_km"]) * factor
         return other
 
     def denormalise(

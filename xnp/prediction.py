@@ -59,6 +59,7 @@ from xnp.errors import (
     XnpError,
     XnpWarning,
 )
+from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.infer import Predictor, _great_circle_km, _xyz, is_planar, parse_distance_km
 from xnp.points import Points
 
@@ -543,7 +544,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
                 )
             attrs = data[v].attrs
             stats[v] = Stats(float(f.mean()), std, attrs.get("units"), attrs.get("long_name"))
-        model = model.with_normaliser(Normaliser(stats), variables)
+        model = _at_working_size(model.with_normaliser(Normaliser(stats), variables), ps.s)
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}
@@ -564,6 +565,32 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
         )
         points = points.replace(mask=points.mask & ~outside[None])
     return _Context(model, predictor, points, attrs, trend)
+
+
+#: Bounds of the distance scale of :func:`_at_working_size`.
+_SCALE_BOUNDS = (1.0 / 16.0, 16.0)
+
+
+def _at_working_size(model: Any, s: np.ndarray) -> Any:
+    """A zero-shot model that sees the context points ``s`` at its working size.
+
+    A model may record ``training["context_rms_km"]``: the rms distance of a
+    context's points from their centre (on the unit sphere, times the Earth's
+    radius) at which it is most accurate.  Its distances are then rescaled
+    (:meth:`~xnp.estimator.NeuralProcess.with_distance_scale`) so that every
+    context has that size: the pretraining prior draws lengthscales relative to the
+    region, so the task is the same at any size, but the attention bias resolves
+    some distances better than others.  The scale is bounded to
+    ``_SCALE_BOUNDS``; a context at a single place is left as it is.
+    """
+    size = (getattr(model, "training", None) or {}).get("context_rms_km")
+    if not size or getattr(model.config, "spatial_bias", None) != "great_circle" or not len(s):
+        return model
+    xyz = _xyz(np.asarray(s, np.float64))
+    rms_km = EARTH_RADIUS_KM * float(np.sqrt(np.mean(np.sum((xyz - xyz.mean(0)) ** 2, axis=1))))
+    if not rms_km > 0:
+        return model
+    return model.with_distance_scale(float(np.clip(rms_km / float(size), *_SCALE_BOUNDS)))
 
 
 def _run(ctx: _Context, template: xr.Dataset, opts: _Options, *, t_target: float | None = None
@@ -767,7 +794,11 @@ def predict(
     ----------
     model : NeuralProcess, path or str
         A fitted (or loaded) model, a saved model's directory, or the name of a
-        pretrained model (:func:`xnp.available_pretrained`).
+        pretrained model (:func:`xnp.available_pretrained`).  A zero-shot model
+        standardises each context set by its own statistics and, if it records a
+        working size (``training["context_rms_km"]``, as ``gp-sphere`` does), sees
+        each context's distances rescaled to it
+        (:meth:`~xnp.estimator.NeuralProcess.with_distance_scale`).
     data : Dataset or DataArray
         Observations used as context (missing values are skipped); never modified.
         An unnamed DataArray is taken as the model's (single) variable.

@@ -46,6 +46,24 @@ def _inverse_softplus(y: np.ndarray) -> np.ndarray:
     return y + np.log(-np.expm1(-y))
 
 
+def rescaled_rates(b_raw: jax.Array, factor: float) -> jax.Array:
+    """Raw rates of an :class:`RBFBias` that reads every distance as ``1/factor`` as long.
+
+    The basis functions are ``exp(-b (d / L)²)``, so multiplying the length ``L`` by
+    ``factor`` is dividing each rate ``b = softplus(b_raw)`` by ``factor²``: the
+    same bias, with no change to the compiled model.  Computed in float64 and
+    returned in the dtype of ``b_raw``.
+
+    Examples
+    --------
+    >>> raw = jnp.asarray(_inverse_softplus(np.array([0.5, 4.0])), jnp.float32)
+    >>> np.round(np.asarray(jax.nn.softplus(rescaled_rates(raw, 2.0))), 4)
+    array([0.125, 1.   ], dtype=float32)
+    """
+    b = np.logaddexp(0.0, np.asarray(b_raw, np.float64))  # softplus, without overflow
+    return jnp.asarray(_inverse_softplus(b / float(factor) ** 2), b_raw.dtype)
+
+
 class RBFBias(nnx.Module):
     """RBF network ``Σ_f a_hf exp(-b_hf z)`` of a squared scaled distance ``z``.
 
