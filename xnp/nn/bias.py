@@ -37,7 +37,7 @@ from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz, pairwise_sq_central_angle
 from xnp.nn import native
 
-__all__ = ["RBFBias", "RBFSpec", "SpaceTimeBias", "pairwise_sq_distance"]
+__all__ = ["RBFBias", "RBFSpec", "SpaceTimeBias", "pairwise_sq_distance", "rescaled_rates"]
 
 SpatialMetric = Literal["great_circle", "euclidean", "none"]
 
