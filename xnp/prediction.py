@@ -522,7 +522,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
     trend = None
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         raw = ps.f
-        if opts.trend is not None:  # the model sees the residuals of the context's plane
+        if opts.trend is not None:  # the model sees the residuals of the context's trend
             trend = Trend.fit(ps.s, ps.f, spherical=not is_planar(model.config),
                               degree=_DEGREES[opts.trend], names=variables)  # fmt: skip
             ps = dataclasses.replace(ps, f=ps.f - trend.at(ps.s)[0])
@@ -744,7 +744,7 @@ def _check_within_radius(model: Any, context: Points, targets: PointSet, radius_
 def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options) -> xr.Dataset:
     out = _run(_context(model, data, opts), template, opts)
     if opts.trend is not None:
-        out.attrs["xnp_trend"] = f"{opts.trend}: {_TREND_NOTE}"
+        out.attrs["xnp_trend"] = f"{opts.trend}: {_TREND_NOTES[opts.trend]}"
     return out
 
 
@@ -752,11 +752,13 @@ def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options
 _DEGREES = {"constant": 0, "linear": 1}
 
 #: Provenance of a prediction made with ``trend=`` (after the trend's name).
-_TREND_NOTE = (
-    "the context's generalised-least-squares trend (fixed exponential covariance; "
-    "a plane in the tangent plane at its centre) was removed before the model and "
-    "added back, with its estimation variance, in the share the observations leave"
-)
+_TREND_NOTES = {
+    name: f"the context's {what}, estimated by generalised least squares under a fixed "
+    "exponential covariance, was removed before the model and added back; where the "
+    "observations leave the field unexplained the prediction reverts to it, and its "
+    "estimation variance joins the variance in the same share"
+    for name, what in (("constant", "mean"), ("linear", "plane (tangent plane at its centre)"))
+}
 
 
 def _names(model: Any, data: xr.Dataset) -> dict[str, Any]:
