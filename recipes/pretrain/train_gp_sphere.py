@@ -100,12 +100,15 @@ Rescaling every context to one working size (shipped too, as ``training["context
 bias rates, so nothing recompiles): the prior draws lengthscales relative to the cap, so
 the task is the same at any size, but the bias resolves some distances better than
 others.  On held-out data (synthetic fields of seeds 101–104, ERA5 days 1–16) working
-sizes of 300–1300 km were tried; 450 km was best on the synthetic fields (RMSE at 300 /
-1000 / 3000 km: 0.354 / 0.346 / 0.344 against 0.351 / 0.400 / 0.629 unscaled) and
-improved ERA5 (``"linear"`` 0.678 K / NLL 0.971 against 0.707 / 1.101), which preferred
-larger sizes.  What is left: within 30 km of a station the model's error on ERA5 stays
-above kriging's and the fitted GP's; it takes ERA5's short (about 55 km) correlation
-length partly for noise, which a prior with more mass at short lengthscales should fix.
+sizes of 300–1300 km were tried; 300–450 km were equally good on the synthetic fields
+(RMSE at 300 / 1000 / 3000 km with 450: 0.354 / 0.346 / 0.344 against 0.351 / 0.400 /
+0.629 unscaled), and 450 km improved ERA5 the most of them (``"linear"`` 0.678 K / NLL
+0.971 against 0.707 / 1.101), which preferred still
+larger sizes.  What is left, over all 84 ERA5 frames with ``"linear"`` (RMSE by
+distance to a station, 0–30 / 30–60 / 60–120 / ≥ 120 km): 0.39 / 0.60 / 0.79 / 1.07 K
+against kriging's 0.38 / 0.59 / 0.74 / 0.87: level near the stations, behind far from
+them, where kriging reverts to the GLS mean of its fitted variogram (a longer GLS range,
+1 × the rms radius, gave the far field but cost NLL and the Texas scores).
 """
 
 from __future__ import annotations
