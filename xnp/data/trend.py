@@ -45,8 +45,8 @@ __all__ = ["Trend", "gls_covariance"]
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
 _GLOBAL = 0.5
 #: The GLS covariance: exponential, of range ``_RANGE`` × the points' rms distance
-#: from their centre, plus a nugget of ``_NUGGET`` × the variance (chosen on held-out
-#: data: ERA5 UK days 1–16 and synthetic fields; see recipes/benchmarks/zero_shot_trend.py).
+#: from their centre, plus a nugget of ``_NUGGET`` × the variance (chosen on ERA5 UK
+#: days 1–16, synthetic fields and the Texas stations; see recipes/pretrain/train_gp_sphere.py).
 _RANGE, _NUGGET = 0.5, 0.05
 #: At most this many observations set the estimate (a fixed random subset of larger
 #: contexts), since the solve costs O(n³): about 0.1 s at 2000 points.
