@@ -50,7 +50,7 @@ from xnp.data.normalise import Normaliser, Stats
 from xnp.data.points import PointSet, prediction_attrs, predictions_to_xarray, to_points
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.times import match_hours, time_hours
-from xnp.data.trend import Trend
+from xnp.data.trend import DEGREES, Trend, rms_spread
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -524,7 +524,7 @@ def _context(model: Any, data: xr.Dataset, opts: _Options, *, reference: float |
         raw = ps.f
         if opts.trend is not None:  # the model sees the residuals of the context's trend
             trend = Trend.fit(ps.s, ps.f, spherical=not is_planar(model.config),
-                              degree=_DEGREES[opts.trend], names=variables)  # fmt: skip
+                              degree=DEGREES[opts.trend], names=variables)  # fmt: skip
             ps = dataclasses.replace(ps, f=ps.f - trend.at(ps.s)[0])
         stats = {}
         for j, v in enumerate(variables):
@@ -586,8 +586,7 @@ def _at_working_size(model: Any, s: np.ndarray) -> Any:
     size = (getattr(model, "training", None) or {}).get("context_rms_km")
     if not size or getattr(model.config, "spatial_bias", None) != "great_circle" or not len(s):
         return model
-    xyz = _xyz(np.asarray(s, np.float64))
-    rms_km = EARTH_RADIUS_KM * float(np.sqrt(np.mean(np.sum((xyz - xyz.mean(0)) ** 2, axis=1))))
+    rms_km = EARTH_RADIUS_KM * rms_spread(_xyz(np.asarray(s, np.float64)))
     if not rms_km > 0:
         return model
     return model.with_distance_scale(float(np.clip(rms_km / float(size), *_SCALE_BOUNDS)))
@@ -748,9 +747,6 @@ def _one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: _Options
     return out
 
 
-#: ``trend=`` → the degree of the :class:`~xnp.data.trend.Trend`.
-_DEGREES = {"constant": 0, "linear": 1}
-
 #: Provenance of a prediction made with ``trend=`` (after the trend's name).
 _TREND_NOTES = {
     name: f"the context's {what}, estimated by generalised least squares under a fixed "
@@ -862,7 +858,7 @@ def predict(
         ``valid_time = init_time + lead_time`` coordinate.
     """
     model = _resolve_model(model)
-    if trend is not None and trend not in _DEGREES:
+    if trend is not None and trend not in DEGREES:
         raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
     if trend is not None and getattr(model, "normalise", "fitted") != "context":
         raise ConfigError(

@@ -56,14 +56,22 @@ def methods(model: xnp.NeuralProcess) -> dict:
     }
 
 
-def era5(model: xnp.NeuralProcess) -> str:
+def era5_task(times: np.ndarray | slice) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """ERA5 at ``times`` (``isel``): context (station cells), truth and targets (the rest)."""
     data = stations.open_era5()
     cells = stations.station_cells(data)
     others = np.setdiff1d(np.arange(data.latitude.size * data.longitude.size), cells)
-    test = data.isel(time=np.arange(18 * 24, 21 * 24, 6))
-    context = stations.as_points(test, cells, "station")
-    truth = stations.as_points(test, others, "cell")
-    targets = truth.drop_vars("t2m").drop_dims("time")
+    chosen = data.isel(time=times)
+    truth = stations.as_points(chosen, others, "cell")
+    return (
+        stations.as_points(chosen, cells, "station"),
+        truth,
+        truth.drop_vars("t2m").drop_dims("time"),
+    )
+
+
+def era5(model: xnp.NeuralProcess) -> str:
+    context, truth, targets = era5_task(np.arange(18 * 24, 21 * 24, 6))
     km = stations.nearest_km(context, targets)
     bins = list(itertools.pairwise(stations.DISTANCE_BINS_KM))
     lines = []
@@ -89,13 +97,7 @@ def era5(model: xnp.NeuralProcess) -> str:
 
 def era5_all_frames(model: xnp.NeuralProcess) -> str:
     """The same task at every 6th hour of the 21 days (84 frames), against kriging."""
-    data = stations.open_era5()
-    cells = stations.station_cells(data)
-    others = np.setdiff1d(np.arange(data.latitude.size * data.longitude.size), cells)
-    frames = data.isel(time=np.arange(0, data.sizes["time"], 6))
-    context = stations.as_points(frames, cells, "station")
-    truth = stations.as_points(frames, others, "cell")
-    targets = truth.drop_vars("t2m").drop_dims("time")
+    context, truth, targets = era5_task(slice(None, None, 6))
     everything = methods(model)
     rmse, lines = {}, []
     for name in (ZERO, CONST, TREND, "ordinary kriging (spherical)"):

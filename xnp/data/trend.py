@@ -11,7 +11,7 @@ as ordinary kriging does with its generalised-least-squares (GLS) mean.
 
 :class:`Trend` estimates a constant (``degree=0``, the ordinary-kriging mean) or a
 plane (``degree=1``, the drift of universal kriging) by generalised least squares,
-under a fixed, fitting-free covariance: exponential, with a range equal to the
+under a fixed, fitting-free covariance: exponential, with a range of half the
 points' rms distance from their centre, and a small nugget.  Its range scales with
 the network, so the estimate does not depend on the units or the size of the
 region; on an even design its weights are nearly equal away from the edges.  The
@@ -39,7 +39,7 @@ import scipy.spatial
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.infer import _xyz
 
-__all__ = ["Trend", "gls_covariance"]
+__all__ = ["Trend", "gls_covariance", "rms_spread"]
 
 #: Below this length of the mean unit vector the points surround the globe, and the
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
@@ -51,8 +51,21 @@ _RANGE, _NUGGET = 0.5, 0.05
 #: At most this many observations set the estimate (a fixed random subset of larger
 #: contexts), since the solve costs O(n³): about 0.1 s at 2000 points.
 _MAX_POINTS = 2000
-#: The ``trend=`` names of the degrees.
-_NAMES = {0: "constant", 1: "linear"}
+#: ``trend=`` → the degree of the :class:`Trend`, and back.
+DEGREES = {"constant": 0, "linear": 1}
+_NAMES = {degree: name for name, degree in DEGREES.items()}
+
+
+def rms_spread(x: np.ndarray) -> float:
+    """The rms distance of points ``x`` ``[N, C]`` from their centroid.
+
+    Examples
+    --------
+    >>> rms_spread(np.array([[0.0, 0.0], [2.0, 0.0]]))
+    1.0
+    """
+    x = np.asarray(x, np.float64)
+    return float(np.sqrt(np.mean(np.sum((x - x.mean(axis=0)) ** 2, axis=1))))
 
 
 def gls_covariance(x: np.ndarray, range_factor: float, nugget: float) -> np.ndarray:
@@ -71,7 +84,7 @@ def gls_covariance(x: np.ndarray, range_factor: float, nugget: float) -> np.ndar
     """
     x = np.asarray(x, np.float64)
     d = scipy.spatial.distance.cdist(x, x)
-    r = range_factor * float(np.sqrt(np.mean(np.sum((x - x.mean(axis=0)) ** 2, axis=1))))
+    r = range_factor * rms_spread(x)
     corr = np.exp(-d / r) if r > 0 else np.ones_like(d)  # all at one place: one value
     return corr + nugget * np.eye(len(x))
 
