@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from xnp.arrays import Points
 from xnp.data.gp import GPTasks, sample_gp_batch
 from xnp.errors import ConfigError, ShapeError
 from xnp.models.bsa_tnp import BSATNP, count_params
 from xnp.models.config import BSATNPConfig
-from xnp.points import Points
 from xnp.train import make_optimizer, make_train_step
 
 

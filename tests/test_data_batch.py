@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from xnp.arrays import Points
 from xnp.data.batch import Batch, Task, TaskPoints, bucket_size, collate
 from xnp.errors import ShapeError
-from xnp.points import Points
 
 
 def task_points(n: int, dx: int = 2, source: int = 0) -> TaskPoints:

@@ -4,21 +4,20 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from xnp.arrays import Points
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo import great_circle_distance
+from xnp.geo.sphere import unit_vectors
 from xnp.infer import (
     Predictor,
     _cap,
     _merge_small_groups,
-    _xyz,
     chunk_size_for_budget,
     compact_chunks,
-    parse_bytes,
-    parse_distance_km,
 )
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
-from xnp.points import Points
+from xnp.units import parse_bytes, parse_distance_km
 
 CFG = BSATNPConfig.tiny(q_chunk=64, k_chunk=64)
 
@@ -164,17 +163,17 @@ def test_distances_as_people_write_them():
 def test_compact_chunks_partition_the_points_into_small_caps():
     rng = np.random.default_rng(0)
     s = np.stack([rng.uniform(-80, 80, 5000), rng.uniform(-180, 180, 5000)], -1)
-    xyz = _xyz(s)
-    chunks = compact_chunks(xyz, 512)
+    unit = unit_vectors(s)
+    chunks = compact_chunks(unit, 512)
     np.testing.assert_array_equal(np.sort(np.concatenate(chunks)), np.arange(5000))
     sizes = sorted(len(c) for c in chunks)
     assert sizes[1:] == [512] * (len(chunks) - 1)  # one compiled shape (and one remainder)
     # compact: 512 of 5000 points spread over the globe cover about a tenth of it
-    assert max(_cap(xyz[c])[1] for c in chunks) < 1.2  # radians; a tenth-area cap is 0.64
-    narrow = compact_chunks(xyz, 4096, 500.0, min_size=32)
+    assert max(_cap(unit[c])[1] for c in chunks) < 1.2  # radians; a tenth-area cap is 0.64
+    narrow = compact_chunks(unit, 4096, 500.0, min_size=32)
     np.testing.assert_array_equal(np.sort(np.concatenate(narrow)), np.arange(5000))
     for c in narrow:
-        assert len(c) <= 32 or _cap(xyz[c])[1] * 6371.0 <= 500.0
+        assert len(c) <= 32 or _cap(unit[c])[1] * 6371.0 <= 500.0
 
 
 def test_chunks_are_balanced_not_mostly_padding(model):

@@ -7,10 +7,10 @@ import pytest
 import xarray as xr
 from flax import nnx
 
+from xnp.arrays import Points
 from xnp.data.gp import GPTasks, sample_gp_batch
 from xnp.errors import ConfigError, ShapeError, XnpWarning
 from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig, count_params
-from xnp.points import Points
 from xnp.train import make_optimizer, make_train_step
 
 BOX = ((-2.0, 2.0), (-2.0, 2.0))

@@ -10,7 +10,7 @@ import xnp
 import xnp.data.trend as trend_module
 from xnp.data.trend import _NUGGET, _RANGE, Trend, gls_covariance
 from xnp.errors import ConfigError, EmptyDataError
-from xnp.infer import _xyz as _unit_vectors
+from xnp.geo.sphere import unit_vectors as _unit_vectors
 from xnp.validation import BlockKFold, cross_validate
 
 

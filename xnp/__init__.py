@@ -3,14 +3,12 @@
 Importing xnp registers the ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``.
 """
 
-from xnp.errors import CheckpointError, XnpError, XnpWarning
-from xnp.points import Points
-
-__version__ = "0.1.0.dev0"
-
 from xnp import baselines, datasets, plot, validation
+from xnp._version import __version__
 from xnp.accessor import NPDataArrayAccessor, NPDatasetAccessor
 from xnp.api import fit
+from xnp.arrays import Points
+from xnp.errors import CheckpointError, XnpError, XnpWarning
 from xnp.estimator import NeuralProcess, load
 from xnp.evaluate import evaluate
 from xnp.models.registry import available_models

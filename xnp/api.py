@@ -25,6 +25,7 @@ import xarray as xr
 from flax import nnx
 
 from xnp import checkpoint as ckpt
+from xnp.arrays import Points, padded_size
 from xnp.data.batch import Batch, source_channels
 from xnp.data.coords import (
     _is_datetime,
@@ -55,7 +56,6 @@ from xnp.estimator import (
 )
 from xnp.models.registry import build_model, config_to_dict, model_config
 from xnp.models.swin_config import SwinTNPConfig
-from xnp.points import Points
 from xnp.train import TrainConfig, TrainState, train
 
 __all__ = ["default_tasks", "fit", "swin_grid_for"]
@@ -150,10 +150,6 @@ def _points_per_frame(data: xr.Dataset, variable: str, task: Tasks) -> int:
         ]
         n = min(n, int(1.25 * max(counts)) + 1)
     return n
-
-
-def _round_up(n: int, multiple: int = 16) -> int:
-    return max(multiple, -(-n // multiple) * multiple)
 
 
 def _with_caps(task: Tasks, context: int, target: int) -> Tasks:
@@ -599,8 +595,8 @@ def fit(
             fraction = float(validation)
     task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
     bound_c, bound_t = _point_bounds(data, variables[0], task, extra)
-    nc = config.context_size or _round_up(bound_c)
-    nt = config.target_size or _round_up(bound_t)
+    nc = config.context_size or padded_size(bound_c, minimum=16, tile=16)
+    nt = config.target_size or padded_size(bound_t, minimum=16, tile=16)
     task = _with_caps(task, nc, nt)
 
     sampler = TaskSampler(

@@ -44,6 +44,7 @@ from scipy import linalg
 from scipy.spatial import cKDTree
 from scipy.spatial.distance import cdist
 
+from xnp.arrays import padded_size
 from xnp.data.coords import find_coords, latlon
 from xnp.data.points import PointSet, predictions_to_xarray, to_points
 from xnp.data.tasks import _check_count
@@ -57,7 +58,7 @@ from xnp.errors import (
     VariableNotFoundError,
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.infer import _great_circle_km, _xyz
+from xnp.geo.sphere import great_circle_km, unit_vectors
 from xnp.prediction import (
     _add_hours,
     _as_dataset,
@@ -252,10 +253,10 @@ class InverseDistanceWeighting(_SpatialBaseline):
     ) -> tuple[np.ndarray, np.ndarray]:
         n = len(context)
         k = n if self.neighbours is None else min(self.neighbours, n)
-        chord, idx = cKDTree(_xyz(context.s)).query(_xyz(targets.s), k=k)
+        chord, idx = cKDTree(unit_vectors(context.s)).query(unit_vectors(targets.s), k=k)
         chord = np.reshape(chord, (len(targets), k))
         idx = np.reshape(idx, (len(targets), k))
-        dist_km = _great_circle_km(chord)
+        dist_km = great_circle_km(chord)
         values = context.f[:, 0][idx]
         coincident = dist_km < 1e-3
         # relative to the nearest neighbour's distance, so that a large power neither
@@ -308,8 +309,8 @@ def _kernel(r: Any, lengthscale: Any, variance: Any, kind: str, xp: Any = np) ->
 
 
 def _chord_km(lat_a: np.ndarray, lon_a: np.ndarray, lat_b: np.ndarray, lon_b: np.ndarray):
-    a = _xyz(np.stack([lat_a, lon_a], -1))
-    b = _xyz(np.stack([lat_b, lon_b], -1))
+    a = unit_vectors(np.stack([lat_a, lon_a], -1))
+    b = unit_vectors(np.stack([lat_b, lon_b], -1))
     return cdist(a, b) * EARTH_RADIUS_KM
 
 
@@ -378,11 +379,6 @@ def _fit_hyperparameters(
 
     params, _ = jax.lax.while_loop(going, step, (free, tx.init(free)))
     return params, loss(params)
-
-
-def _bucket(n: int) -> int:
-    """Padded size: a power of two up to 64, then a multiple of 64 (few shapes compile)."""
-    return max(16, 1 << (n - 1).bit_length()) if n <= 64 else -(-n // 64) * 64
 
 
 class GaussianProcess(_SpatialBaseline):
@@ -535,7 +531,7 @@ class GaussianProcess(_SpatialBaseline):
         self, init: dict[str, float], r: np.ndarray, y: np.ndarray, free: tuple[str, ...]
     ) -> dict[str, float]:
         n = y.size
-        size = _bucket(n)
+        size = padded_size(n, minimum=16, tile=64, three_quarters=False)  # few shapes
         r_pad = np.zeros((size, size))
         r_pad[:n, :n] = r
         y_pad = np.zeros(size)
@@ -631,7 +627,7 @@ def _merge_colocated(context: PointSet) -> tuple[np.ndarray, np.ndarray, np.ndar
     Places are matched on their unit vectors (to about a millimetre), so every
     longitude of a pole is one place.
     """
-    xyz = _xyz(context.s)
+    xyz = unit_vectors(context.s)
     _, first, inverse = np.unique(
         np.round(xyz, 10), axis=0, return_index=True, return_inverse=True
     )
@@ -934,8 +930,8 @@ class _History:
                 f"no observation of {variable!r} at or before {issued}; persistence has "
                 "nothing to persist."
             )
-        xyz = _xyz(np.stack([self.lat[places], self.lon[places]], -1))
-        _, nearest = cKDTree(xyz).query(_xyz(targets.s), k=1)
+        xyz = unit_vectors(np.stack([self.lat[places], self.lon[places]], -1))
+        _, nearest = cKDTree(xyz).query(unit_vectors(targets.s), k=1)
         source = places[np.reshape(nearest, (-1,))]
         value = x[last[source], source]
         lag = valid_h - axis[last[source]]

@@ -742,12 +742,12 @@ def _cmd_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 def _demo_grid(data: xr.Dataset, variable: str, resolution: float) -> dict[str, xr.DataArray]:
     """A regular latitude/longitude grid over the extent of ``data`` (global if it is)."""
     from xnp.data.coords import find_coords, latlon
-    from xnp.plot import _longitude_frame, _wrap  # (no matplotlib import)
+    from xnp.geo.sphere import into_frame, longitude_frame
 
     lat, lon = latlon(data, find_coords(data, variable))
     # a region across the antimeridian (e.g. 170°E to 165°W) is a region, not the
     # globe: its longitudes, in the window it fits in, run on past 180
-    lon = _wrap(lon, _longitude_frame(lon)[0])
+    lon = into_frame(lon, longitude_frame(lon)[0])
     lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
     lon0, lon1 = float(np.nanmin(lon)), float(np.nanmax(lon))
     if lon1 - lon0 > 300.0:  # (nearly) global: cover every longitude
@@ -1281,7 +1281,7 @@ def build_parser() -> argparse.ArgumentParser:
     >>> sorted(build_parser().parse_args(["fit", "d.nc", "t2m", "--out", "m"]).variable)
     ['t2m']
     """
-    from xnp import __version__
+    from xnp._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="xnp",

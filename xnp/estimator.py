@@ -35,6 +35,8 @@ import xarray as xr
 from flax import nnx
 
 from xnp import checkpoint as ckpt
+from xnp._version import __version__
+from xnp.arrays import Points
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.errors import (
@@ -46,7 +48,6 @@ from xnp.errors import (
 )
 from xnp.models.registry import build_model, config_from_dict, config_to_dict
 from xnp.nn.bias import rescaled_rates
-from xnp.points import Points
 from xnp.train import HISTORY_FIELDS, _eval_step
 
 __all__ = ["FORMAT", "NeuralProcess", "load", "task_from_dict", "task_to_dict"]
@@ -55,12 +56,6 @@ __all__ = ["FORMAT", "NeuralProcess", "load", "task_from_dict", "task_to_dict"]
 FORMAT = "xnp.model/1"
 _TASKS = {cls.__name__: cls for cls in (SpatialTasks, ForecastTasks, WindowTasks)}
 _NAN_FIELDS = ("train_nll", "val_nll", "val_coverage", "learning_rate", "steps_per_second")
-
-
-def _version() -> str:
-    from xnp import __version__
-
-    return __version__
 
 
 def task_to_dict(task: SpatialTasks | ForecastTasks | WindowTasks) -> dict[str, Any]:
@@ -280,7 +275,7 @@ class NeuralProcess:
     def predict_points(self, context: Points, targets: Points) -> tuple[jax.Array, jax.Array]:
         """Predictive mean and standard deviation ``[B, Nt, Dy]`` in normalised units.
 
-        ``context`` and ``targets`` are padded :class:`~xnp.points.Points` whose
+        ``context`` and ``targets`` are padded :class:`~xnp.arrays.Points` whose
         ``x`` and ``f`` are normalised with :attr:`normaliser` (as the task sampler
         produces them).  Compiled once per shape.
         """
@@ -390,7 +385,7 @@ class NeuralProcess:
         """The JSON description written to ``config.json`` (without file checksums)."""
         return {
             "format": FORMAT,
-            "xnp_version": _version(),
+            "xnp_version": __version__,
             "jax_version": jax.__version__,
             "flax_version": flax.__version__,
             "model": config_to_dict(self.config),
@@ -607,7 +602,7 @@ def load(path: str | os.PathLike) -> NeuralProcess:
     meta = ckpt.read_json(directory / "config.json")
     if meta.get("format") != FORMAT:
         raise CheckpointError(
-            f"{directory} has format {meta.get('format')!r}; this xnp ({_version()}) reads "
+            f"{directory} has format {meta.get('format')!r}; this xnp ({__version__}) reads "
             f"{FORMAT!r}. Load it with the xnp version that wrote it "
             f"({meta.get('xnp_version', 'unknown')})."
         )

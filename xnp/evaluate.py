@@ -50,7 +50,7 @@ import pandas as pd
 import xarray as xr
 from scipy import special
 
-from xnp.data import _names
+from xnp.data import names as known
 from xnp.data.normalise import check_same_units
 from xnp.errors import (
     ConfigError,
@@ -274,12 +274,12 @@ def _holds(coord: xr.DataArray, standard_name: str, names: Sequence[str],
 
 def _is_longitude(coord: xr.DataArray) -> bool:
     """Whether ``coord`` holds longitudes in degrees (by name, standard name or units)."""
-    return _holds(coord, "longitude", _names.LON_NAMES, ("east", " e"))
+    return _holds(coord, "longitude", known.LON_NAMES, ("east", " e"))
 
 
 def _is_latitude(coord: xr.DataArray) -> bool:
     """Whether ``coord`` holds latitudes in degrees (by name, standard name or units)."""
-    return _holds(coord, "latitude", _names.LAT_NAMES, ("north", " n"))
+    return _holds(coord, "latitude", known.LAT_NAMES, ("north", " n"))
 
 
 def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -36,71 +35,13 @@ from flax import nnx
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
+from xnp.arrays import Points, padded_size
 from xnp.errors import ConfigError, EmptyDataError, ShapeError
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.points import Points
+from xnp.geo.sphere import unit_vectors
+from xnp.units import parse_bytes, parse_distance_km
 
-__all__ = [
-    "Predictor",
-    "chunk_size_for_budget",
-    "compact_chunks",
-    "parse_bytes",
-    "parse_distance_km",
-]
-
-_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_bytes(value: str | int) -> int:
-    """Bytes from an int or a string such as ``"2GB"`` or ``"512 MiB"``.
-
-    Examples
-    --------
-    >>> parse_bytes("512 MiB"), parse_bytes(1000)
-    (536870912, 1000)
-    """
-    if isinstance(value, int | np.integer):
-        return int(value)
-    m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    unit = (m.group(2) or "b").lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise ConfigError(f"cannot read {value!r} as a memory size; use e.g. '2GB' or '512MiB'.")
-    return int(float(m.group(1)) * _UNITS[unit])
-
-
-_KM_UNITS = ("km", "kilometre", "kilometres", "kilometer", "kilometers")
-_DISTANCE = (
-    r"\s*([0-9]+\.?[0-9]*(?:e[+-]?[0-9]+)?|\.[0-9]+(?:e[+-]?[0-9]+)?)\s*"
-    r"(km|m|kilometres?|kilometers?|metres?|meters?)?\s*"
-)
-
-
-def parse_distance_km(value: str | float) -> float:
-    """Kilometres from a number (km) or a string such as ``"500km"`` or ``"250 m"``.
-
-    Examples
-    --------
-    >>> parse_distance_km("500km"), parse_distance_km("250 m"), parse_distance_km(3)
-    (500.0, 0.25, 3.0)
-    >>> parse_distance_km("500 KM"), parse_distance_km("1e6 metres")
-    (500.0, 1000.0)
-    """
-    if isinstance(value, bool | np.bool_):
-        raise ConfigError(f"a context radius is a distance, not {value!r}; use e.g. '500km'.")
-    if isinstance(value, int | float | np.integer | np.floating):
-        km = float(value)
-    else:
-        m = re.fullmatch(_DISTANCE, str(value), flags=re.IGNORECASE)
-        if not m:
-            raise ConfigError(
-                f"cannot read {value!r} as a distance; use e.g. '500km', '250 m' or a number "
-                "of kilometres."
-            )
-        metres = (m.group(2) or "km").lower() not in _KM_UNITS
-        km = float(m.group(1)) / (1000.0 if metres else 1.0)
-    if not km > 0:
-        raise ConfigError(f"a context radius must be positive; got {value!r}.")
-    return km
+__all__ = ["Predictor", "chunk_size_for_budget", "compact_chunks"]
 
 
 def chunk_size_for_budget(config: Any, budget_bytes: int, *, multiple: int = 256) -> int:
@@ -135,25 +76,14 @@ _REGIONAL_CHUNK = 256
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
-    """Padded size for ``n`` points: few distinct sizes, little waste.
+    """Padded size for ``n`` points (:func:`xnp.arrays.padded_size` with 1024-point tiles).
 
     Powers of two up to ``minimum``; then powers of two and 1.5× powers of two
     up to 1024 (each compiled size costs a compilation of ``condition`` and one of
     ``predict`` per target size, so they are kept few); then multiples of 1024
     (the attention tile), so 100,000 points pad to 100,352, not 131,072.
-
-    Examples
-    --------
-    >>> [_bucket(n) for n in (10, 300, 1000, 1025, 100_000)]
-    [256, 384, 1024, 2048, 100352]
     """
-    n = max(n, 1)
-    if n <= minimum:
-        return max(minimum, 1 << math.ceil(math.log2(n)))
-    if n <= 1024:
-        power = 1 << math.ceil(math.log2(n))
-        return power * 3 // 4 if n <= power * 3 // 4 else power
-    return -(-n // 1024) * 1024
+    return padded_size(n, minimum=minimum, tile=1024)
 
 
 # XLA:CPU hands element-wise work next to a matmul to YNNPACK "library fusions",
@@ -228,7 +158,7 @@ def compact_chunks(
     Examples
     --------
     >>> lat = np.linspace(50.0, 58.0, 1000)
-    >>> xyz = _xyz(np.stack([lat, np.zeros_like(lat)], -1))
+    >>> xyz = unit_vectors(np.stack([lat, np.zeros_like(lat)], -1))
     >>> [len(c) for c in compact_chunks(xyz, 256)]
     [256, 256, 256, 232]
     >>> max(_cap(xyz[c])[1] for c in compact_chunks(xyz, 1000, 300.0)) * 6371 < 300
@@ -303,18 +233,6 @@ def _check_finite(fields: dict[str, np.ndarray], role: str, names: Sequence[str]
                 f"some {role} points have a missing (NaN) or infinite {what}; mask them "
                 "(mask=False) or drop them. (xnp.predict drops missing values itself.)"
             )
-
-
-def _xyz(s: np.ndarray) -> np.ndarray:
-    """Unit vectors (float64: distances to the metre) of latitude/longitude ``[..., 2]``."""
-    s = np.asarray(s, np.float64)
-    lat, lon = np.deg2rad(s[..., 0]), np.deg2rad(s[..., 1])
-    return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], -1)
-
-
-def _great_circle_km(chord: np.ndarray) -> np.ndarray:
-    """Great-circle distance (km) of chord lengths between points of :func:`_xyz`."""
-    return 2.0 * EARTH_RADIUS_KM * np.arcsin(np.minimum(0.5 * np.asarray(chord), 1.0))
 
 
 def is_planar(config: Any) -> bool:
@@ -467,13 +385,13 @@ class Predictor:
         real = np.flatnonzero(np.asarray(targets.mask[0]))
         _check_finite(_host_fields(context), "context", ("s",))
         _check_finite(_host_fields(targets), "target", ("s",))
-        ctx_xyz = _xyz(np.asarray(context.s[0])[valid])
-        xyz = _xyz(np.asarray(targets.s[0])[real])
+        ctx_xyz = unit_vectors(np.asarray(context.s[0])[valid])
+        xyz = unit_vectors(np.asarray(targets.s[0])[real])
         if real.size == 0:
             return []
         tree = cKDTree(ctx_xyz)
         chunks = [real[idx] for idx in compact_chunks(xyz, self.regional_chunk, radius_km)]
-        xyz = _xyz(np.asarray(targets.s[0]))
+        xyz = unit_vectors(np.asarray(targets.s[0]))
         caps = [_cap(xyz[idx]) for idx in chunks]
         centres = np.stack([c for c, _ in caps])
         angles = np.minimum([a + radius_km / EARTH_RADIUS_KM for _, a in caps], np.pi)

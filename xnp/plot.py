@@ -45,6 +45,7 @@ from xnp.errors import (
     MissingDependencyError,
     VariableNotFoundError,
 )
+from xnp.geo.sphere import into_frame, longitude_frame
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -223,36 +224,6 @@ def _time_text(obj: xr.Dataset | xr.DataArray, name: str) -> str:
     return _format_time(obj[time].values)
 
 
-def _longitude_frame(*lons: np.ndarray) -> tuple[float, float]:
-    """``(start, central)``: the 360° window ``[start, start + 360)`` to draw ``lons`` in.
-
-    ``start`` is −180 (the usual −180…180 frame) unless the points are a region that
-    crosses the antimeridian, e.g. around Fiji: then the window starts at the
-    region's western edge (east of the widest gap between the points, put in
-    [−180, 180)), so the map shows one region, with longitudes beyond 180°E, rather
-    than two slivers at both edges of a −180…180 axis.  Data spanning more than half
-    the globe keep the usual frame.  ``central`` is the centre of cartopy axes: 0 in
-    the usual frame, else the middle of the region.
-    """
-    lon = np.concatenate([np.ravel(x) for x in lons]) if lons else np.zeros(0)
-    lon = np.unique(np.mod(lon[np.isfinite(lon)], 360.0))
-    if lon.size < 2:
-        return -180.0, 0.0
-    gaps = np.diff(np.append(lon, lon[0] + 360.0))
-    widest = int(np.argmax(gaps))
-    span = 360.0 - gaps[widest]
-    usual = np.mod(lon + 180.0, 360.0) - 180.0
-    if span >= 180.0 or usual.max() - usual.min() <= span + 1e-9:
-        return -180.0, 0.0
-    start = float(np.mod(lon[(widest + 1) % lon.size] + 180.0, 360.0) - 180.0)
-    return start, start + 0.5 * float(span)
-
-
-def _wrap(lon: np.ndarray, start: float) -> np.ndarray:
-    """Longitudes in degrees moved into ``[start, start + 360)``."""
-    return start + np.mod(np.asarray(lon, np.float64) - start, 360.0)
-
-
 class _Field:
     """One variable over space at one time: gridded (``mesh``) or scattered points."""
 
@@ -284,8 +255,8 @@ class _Field:
         self.wrap_to(-180.0)
 
     def wrap_to(self, start: float) -> None:
-        """Express the longitudes in ``[start, start + 360)`` (see :func:`_longitude_frame`)."""
-        self.lon = _wrap(self.lon, start)
+        """Express the longitudes in ``[start, start + 360)`` (see :func:`longitude_frame`)."""
+        self.lon = into_frame(self.lon, start)
         if self.columns:
             order = np.argsort(self.lon, kind="stable")
             self.lon, self.values = self.lon[order], self.values[:, order]
@@ -341,7 +312,7 @@ def _finish_axes(
     pad_lat = max(0.03 * (lat1 - lat0), 0.5)
     if lon0 >= -180.0 and lon1 <= 180.0:
         lon0, lon1 = max(lon0 - pad_lon, -180.0), min(lon1 + pad_lon, 180.0)
-    else:  # a window across the antimeridian (see _longitude_frame)
+    else:  # a window across the antimeridian (see longitude_frame)
         lon0, lon1 = lon0 - pad_lon, min(lon1 + pad_lon, lon0 - pad_lon + 360.0)
     lat0, lat1 = max(lat0 - pad_lat, -90.0), min(lat1 + pad_lat, 90.0)
     if projection is not None:
@@ -467,11 +438,11 @@ def plot_prediction(
     points = None
     if context is not None:
         points = _context_points(context, variable, _scalar_time(pred, mean_name), time)
-    start, central = _longitude_frame(mean.lon, *(() if points is None else (points[1],)))
+    start, central = longitude_frame(mean.lon, *(() if points is None else (points[1],)))
     mean.wrap_to(start)
     std.wrap_to(start)
     if points is not None:
-        points = (points[0], _wrap(points[1], start), points[2])
+        points = (points[0], into_frame(points[1], start), points[2])
 
     projection = _map_projection(coastlines)
     fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, central)
@@ -594,8 +565,8 @@ def plot_stations(
     elif has_times or time is not None:  # time= must match data at one time, or none
         data = _one_time(data, variable, time, "data")
     ps = to_points(data, variable)
-    start, central = _longitude_frame(ps.lon)
-    lon = _wrap(ps.lon, start)
+    start, central = longitude_frame(ps.lon)
+    lon = into_frame(ps.lon, start)
     projection = _map_projection(coastlines)
     fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), central)
     transform = {"transform": projection} if projection is not None else {}

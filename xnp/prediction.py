@@ -44,6 +44,7 @@ import pandas as pd
 import scipy.spatial
 import xarray as xr
 
+from xnp.arrays import Points
 from xnp.data.batch import source_channels
 from xnp.data.coords import _is_datetime, find_coords, locators_as_coords, source_dataset
 from xnp.data.normalise import Normaliser, Stats
@@ -60,8 +61,9 @@ from xnp.errors import (
     XnpWarning,
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.infer import Predictor, _great_circle_km, _xyz, is_planar, parse_distance_km
-from xnp.points import Points
+from xnp.geo.sphere import great_circle_km, unit_vectors
+from xnp.infer import Predictor, is_planar
+from xnp.units import parse_distance_km
 
 __all__ = ["predict"]
 
@@ -586,7 +588,7 @@ def _at_working_size(model: Any, s: np.ndarray) -> Any:
     size = (getattr(model, "training", None) or {}).get("context_rms_km")
     if not size or getattr(model.config, "spatial_bias", None) != "great_circle" or not len(s):
         return model
-    rms_km = EARTH_RADIUS_KM * rms_spread(_xyz(np.asarray(s, np.float64)))
+    rms_km = EARTH_RADIUS_KM * rms_spread(unit_vectors(np.asarray(s, np.float64)))
     if not rms_km > 0:
         return model
     return model.with_distance_scale(float(np.clip(rms_km / float(size), *_SCALE_BOUNDS)))
@@ -681,9 +683,9 @@ _FAR_CHECK_POINTS = 20_000
 def _nearest_context_km(context: Points, s: np.ndarray) -> np.ndarray:
     """Great-circle distance (km) from each lat/lon in ``s`` to the nearest valid context point."""
     mask = np.asarray(context.mask[0], bool)
-    tree = scipy.spatial.cKDTree(_xyz(np.asarray(context.s[0])[mask]))
-    chord, _ = tree.query(_xyz(s), k=1)
-    return _great_circle_km(chord)
+    tree = scipy.spatial.cKDTree(unit_vectors(np.asarray(context.s[0])[mask]))
+    chord, _ = tree.query(unit_vectors(s), k=1)
+    return great_circle_km(chord)
 
 
 def _warn_far_targets(model: Any, context: Points, targets: PointSet) -> None:

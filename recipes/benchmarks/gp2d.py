@@ -83,11 +83,11 @@ from scipy import linalg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
+from xnp.arrays import Points
 from xnp.data.batch import Batch
 from xnp.data.gp import GPTasks, gp_oracle, rbf_kernel, sample_gp_batch
 from xnp.models.bsa_tnp import BSATNP, count_params
 from xnp.models.config import BSATNPConfig
-from xnp.points import Points
 from xnp.train import TrainConfig, fit_step
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -140,7 +140,7 @@ def build_model():
 
 def to_points(s: np.ndarray, f: np.ndarray | None = None):
     """One-set :class:`Points` of locations ``s`` (and values ``f``)."""
-    from xnp.points import Points
+    from xnp.arrays import Points
 
     f = None if f is None else f[None, :, None]
     return Points.from_arrays(s=s[None], f=f, mask=np.ones((1, len(s)), bool))

@@ -59,12 +59,12 @@ from scipy.spatial.transform import Rotation
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
+from xnp.arrays import Points
 from xnp.data.batch import Batch
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.models.bsa_tnp import BSATNP, count_params
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll
-from xnp.points import Points
 from xnp.train import TrainConfig, fit_step
 
 COMMAND = "python recipes/benchmarks/sphere_rotations.py"

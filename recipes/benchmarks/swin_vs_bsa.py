@@ -34,11 +34,11 @@ from flax import nnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import best_time, machine, write_section
 
+from xnp.arrays import Points
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll
 from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig, count_params
-from xnp.points import Points
 from xnp.train import make_optimizer, make_train_step
 
 BOX = 6.0

@@ -138,7 +138,7 @@ from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
 from xnp.estimator import NeuralProcess
 from xnp.geo.distance import latlon_to_xyz
-from xnp.infer import _great_circle_km, _xyz
+from xnp.geo.sphere import great_circle_km, unit_vectors
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig, fit_step
 
@@ -210,9 +210,9 @@ def max_target_distance_km(sample, batches: int = 128) -> float:
         b = sample(jax.random.key(1_000_000 + i))
         for j in range(BATCH):
             m = np.asarray(b.context.mask[j])
-            tree = scipy.spatial.cKDTree(_xyz(np.asarray(b.context.s[j])[m]))
-            chord, _ = tree.query(_xyz(np.asarray(b.target.s[j])))
-            worst = max(worst, float(_great_circle_km(chord).max()))
+            tree = scipy.spatial.cKDTree(unit_vectors(np.asarray(b.context.s[j])[m]))
+            chord, _ = tree.query(unit_vectors(np.asarray(b.target.s[j])))
+            worst = max(worst, float(great_circle_km(chord).max()))
     return math.ceil(worst / 100.0) * 100.0
 
 

@@ -1,7 +1,7 @@
 """xarray ⇄ points: coordinates, covariates, normalisation, tasks, synthetic data.
 
 This layer never imports flax: it turns xarray objects into padded
-:class:`xnp.points.Points` batches and predictions back into labelled xarray.
+:class:`xnp.arrays.Points` batches and predictions back into labelled xarray.
 """
 
 from xnp.data.batch import Batch, Task, TaskPoints, bucket_size, collate

@@ -3,7 +3,7 @@
 A :class:`Task` is one meta-learning problem: context points and target points
 (with their normalised values), times relative to the task's reference time.
 :func:`collate` pads a list of tasks to a common *bucket* size and returns a
-:class:`Batch` of :class:`xnp.points.Points`.  Bucket sizes come from a short fixed
+:class:`Batch` of :class:`xnp.arrays.Points`.  Bucket sizes come from a short fixed
 list (by default powers of two), so ``jax.jit`` compiles a bounded number of times.
 
 Multi-source context carries an integer source id per point in
@@ -21,10 +21,11 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from xnp.arrays import Batch, Points, padded_size
 from xnp.errors import ShapeError
-from xnp.points import Points
 
 __all__ = ["Batch", "Task", "TaskPoints", "bucket_size", "collate", "source_channels"]
+# (Batch is defined in xnp.arrays, with Points: the padded pytrees the models take)
 
 Array = jax.Array | np.ndarray
 
@@ -76,49 +77,11 @@ class Task:
     reference_time: float = 0.0
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Batch:
-    """A padded batch of tasks, ready for a jitted training step.
-
-    Attributes
-    ----------
-    context : Points
-        Context points ``[B, Nc, ...]`` with their normalised values in ``f``.
-    target : Points
-        Target points ``[B, Nt, ...]``; ``f`` is zeros.
-    y : array, shape ``[B, Nt, Dy]``
-        Normalised target values (zeros at padding).
-    context_source, target_source : int32 arrays, shapes ``[B, Nc]``, ``[B, Nt]``
-        Source id of each point (all zeros with a single source).
-    """
-
-    context: Points
-    target: Points
-    y: Array
-    context_source: Array
-    target_source: Array
-
-    @property
-    def target_mask(self) -> Array:
-        """True where a target point is real, shape ``[B, Nt]``."""
-        return self.target.mask
-
-    @property
-    def num_context(self) -> Array:
-        """Number of real context points per task, shape ``[B]``."""
-        return self.context.mask.sum(axis=1)
-
-    @property
-    def num_targets(self) -> Array:
-        """Number of real target points per task, shape ``[B]``."""
-        return self.target.mask.sum(axis=1)
-
-
 def bucket_size(n: int, buckets: Sequence[int] | None = None, minimum: int = 16) -> int:
     """Smallest bucket that holds ``n`` points.
 
-    With ``buckets=None`` the buckets are the powers of two from ``minimum`` up.
+    With ``buckets=None`` the buckets are the powers of two from ``minimum`` up
+    (:func:`xnp.arrays.padded_size` without tiles).
 
     Examples
     --------
@@ -126,7 +89,7 @@ def bucket_size(n: int, buckets: Sequence[int] | None = None, minimum: int = 16)
     (128, 16, 512)
     """
     if buckets is None:
-        return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+        return padded_size(n, minimum=minimum, tile=None, three_quarters=False)
     for size in sorted(buckets):
         if size >= n:
             return int(size)

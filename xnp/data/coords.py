@@ -33,7 +33,7 @@ import pandas as pd
 import pyproj
 import xarray as xr
 
-from xnp.data import _names
+from xnp.data import names as known
 from xnp.data.times import check_time_axis, time_hours
 from xnp.errors import (
     ConfigError,
@@ -43,6 +43,7 @@ from xnp.errors import (
     VariableNotFoundError,
     XnpError,
 )
+from xnp.units import STANDARD_GRAVITY, canonical_units, is_geopotential
 
 __all__ = [
     "Layout",
@@ -211,10 +212,10 @@ def _undecoded_time(obj: XrObj) -> str | None:
 
     A coordinate looks like time when its CF metadata say so (``standard_name``
     ``time``, ``axis`` ``T``, ...), its units are ``"<unit> since <date>"``, or its
-    name is one of :data:`xnp.data._names.TIME_NAMES`.
+    name is one of :data:`xnp.data.known.TIME_NAMES`.
     """
     coords = [str(n) for n in obj.coords]
-    names = _by_cf(obj, "time") + _by_name(obj, _names.TIME_NAMES, coords_only=True)
+    names = _by_cf(obj, "time") + _by_name(obj, known.TIME_NAMES, coords_only=True)
     names += [n for n in coords if _TIME_UNITS.match(str(obj[n].attrs.get("units", "")))]
     return next((n for n in names if n in coords and _time_kind(obj[n].values)), None)
 
@@ -383,9 +384,9 @@ def find_coords(
     lat_name = _explicit(obj, lat, "latitude") if lat else None
     lon_name = _explicit(obj, lon, "longitude") if lon else None
     if lat_name is None and crs is None:
-        lat_name = next(iter(_by_cf(obj, "latitude") + _by_name(obj, _names.LAT_NAMES)), None)
+        lat_name = next(iter(_by_cf(obj, "latitude") + _by_name(obj, known.LAT_NAMES)), None)
     if lon_name is None and crs is None:
-        lon_name = next(iter(_by_cf(obj, "longitude") + _by_name(obj, _names.LON_NAMES)), None)
+        lon_name = next(iter(_by_cf(obj, "longitude") + _by_name(obj, known.LON_NAMES)), None)
     x_name = y_name = wkt = None
     if lat_name is not None and lon_name is not None:
         spatial = {str(d) for d in obj[lat_name].dims} | {str(d) for d in obj[lon_name].dims}
@@ -449,8 +450,8 @@ def locators_as_coords(
 
 def _find_projection(obj: XrObj, var: XrObj, crs: Any) -> tuple[str, str, str]:
     axes = obj.cf.axes
-    xs = [str(n) for n in axes.get("X", [])] + _by_name(obj, _names.X_NAMES, coords_only=True)
-    ys = [str(n) for n in axes.get("Y", [])] + _by_name(obj, _names.Y_NAMES, coords_only=True)
+    xs = [str(n) for n in axes.get("X", [])] + _by_name(obj, known.X_NAMES, coords_only=True)
+    ys = [str(n) for n in axes.get("Y", [])] + _by_name(obj, known.Y_NAMES, coords_only=True)
     if not xs or not ys:
         raise CoordinateError(
             f"No latitude/longitude (or projected x/y) coordinates found ({_present(obj)}). "
@@ -512,7 +513,7 @@ def _find_time(
     """The time coordinate and its dimension (None for a scalar or per-point time).
 
     Coordinates identified as time (CF metadata or a name in
-    :data:`xnp.data._names.TIME_NAMES`) come first; another datetime coordinate is
+    :data:`xnp.data.known.TIME_NAMES`) come first; another datetime coordinate is
     taken only if it is scalar or runs along a non-spatial dimension, so a datetime
     that describes the points (a station's installation date) is not taken as time.
     """
@@ -520,7 +521,7 @@ def _find_time(
     if time is not None:
         name = _explicit(obj, time, "time coordinate")
     else:
-        candidates = _by_cf(obj, "time") + _by_name(obj, _names.TIME_NAMES, coords_only=True)
+        candidates = _by_cf(obj, "time") + _by_name(obj, known.TIME_NAMES, coords_only=True)
         candidates += [
             str(n)
             for n, c in obj.coords.items()
@@ -565,7 +566,7 @@ def _check_not_long_form(
     if coord.ndim != 1 or len(point_dims) < 2:
         return
     dim = str(coord.dims[0])
-    if dim not in point_dims or (name != dim and dim.lower() not in _names.TIME_NAMES):
+    if dim not in point_dims or (name != dim and dim.lower() not in known.TIME_NAMES):
         return
     names = [str(n) for n in locators]
     along = [n for n in names if dim in obj[n].dims]
@@ -612,9 +613,9 @@ def _find_elevation(
         candidates = [_explicit(obj, elevation, "elevation")]
     else:
         candidates = _by_cf(obj, "surface_altitude") + _by_cf(obj, "surface_geopotential")
-        for key in _names.ELEVATION_STANDARD_NAMES[1:]:
+        for key in known.ELEVATION_STANDARD_NAMES[1:]:
             candidates += _by_cf(obj, key)
-        candidates += _by_name(obj, _names.ELEVATION_NAMES + _names.GEOPOTENTIAL_NAMES)
+        candidates += _by_name(obj, known.ELEVATION_NAMES + known.GEOPOTENTIAL_NAMES)
     for name in candidates:
         da = obj[name]
         dims = {str(d) for d in da.dims}
@@ -627,12 +628,12 @@ def _find_elevation(
             continue
         units = str(da.attrs.get("units", "m")).strip().lower()
         std = str(da.attrs.get("standard_name", "")).lower()
-        if std in _names.GEOPOTENTIAL_STANDARD_NAMES or units in _names.GEOPOTENTIAL_UNITS:
-            return name, 1.0 / _names.STANDARD_GRAVITY
-        if name.lower() in _names.GEOPOTENTIAL_NAMES:
-            return name, 1.0 / _names.STANDARD_GRAVITY
+        if std in known.GEOPOTENTIAL_STANDARD_NAMES or is_geopotential(units):
+            return name, 1.0 / STANDARD_GRAVITY
+        if name.lower() in known.GEOPOTENTIAL_NAMES:
+            return name, 1.0 / STANDARD_GRAVITY
         try:
-            return name, _names.elevation_factor(da.attrs.get("units"), name)
+            return name, known.elevation_factor(da.attrs.get("units"), name)
         except IncompatibleUnitsError:
             return name, math.nan  # an error only where it is used (elevation_metres)
     return None, 1.0
@@ -721,7 +722,7 @@ def _missing_latlon(obj: XrObj, layout: Layout, count: int) -> CoordinateError:
 
 def _km_factor(coord: xr.DataArray) -> float:
     units = str(coord.attrs.get("units", "m")).strip().lower()
-    return 1000.0 if units in _names.KM_UNITS else 1.0
+    return 1000.0 if canonical_units(units) == "km" else 1.0
 
 
 def _broadcast(obj: XrObj, name: str, dims: tuple[str, ...]) -> np.ndarray:
@@ -750,6 +751,6 @@ def elevation_metres(obj: XrObj, layout: Layout) -> np.ndarray | None:
     if layout.elevation is None:
         return None
     if not math.isfinite(layout.elevation_scale):  # units that are not a length: say so
-        _names.elevation_factor(obj[layout.elevation].attrs.get("units"), layout.elevation)
+        known.elevation_factor(obj[layout.elevation].attrs.get("units"), layout.elevation)
     values = _broadcast(obj, layout.elevation, layout.point_dims)
     return values * layout.elevation_scale

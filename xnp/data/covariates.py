@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 from scipy.interpolate import RegularGridInterpolator
 
-from xnp.data import _names
+from xnp.data import names as known
 from xnp.data.coords import Layout, elevation_metres, find_coords
 from xnp.errors import CoordinateError, DimensionError, VariableNotFoundError
 
@@ -135,7 +135,7 @@ def interpolate_dem(dem: xr.DataArray, lat: np.ndarray, lon: np.ndarray) -> np.n
 
 
 def _units_factor(da: xr.DataArray) -> float:
-    return _names.elevation_factor(da.attrs.get("units"), str(da.name))
+    return known.elevation_factor(da.attrs.get("units"), str(da.name))
 
 
 def point_covariates(

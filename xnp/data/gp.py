@@ -15,9 +15,9 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from xnp.arrays import Points
 from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
-from xnp.points import Points
 
 __all__ = [
     "GPTasks",

@@ -15,7 +15,6 @@ nothing is loaded as a whole.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from xnp.data.covariates import (
 )
 from xnp.data.points import as_dataset
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
+from xnp.units import canonical_units
 
 __all__ = ["Normaliser", "Stats", "check_same_units"]
 
@@ -65,7 +65,7 @@ def check_same_units(
     """
     if units_a is None or units_b is None:
         return
-    a, b = _canonical_units(units_a), _canonical_units(units_b)
+    a, b = canonical_units(units_a), canonical_units(units_b)
     if a == b:
         return
     hint = _CONVERSIONS.get((a, b), "ds[{name!r}] converted, with attrs['units'] set")
@@ -75,58 +75,12 @@ def check_same_units(
     )
 
 
-# Spellings of the same unit met in CF/UDUNITS metadata.  A table, not a units library:
-# cf-units needs the UDUNITS C library and pint is a large dependency, while xnp only
-# has to tell equal units from different ones.
-_UNIT_SPELLINGS = {
-    "K": ("k", "kelvin", "kelvins", "degk", "deg_k", "degree_kelvin", "degrees_kelvin"),
-    "degC": ("degc", "deg_c", "°c", "celsius", "degree_celsius", "degrees_celsius",
-             "degree_c", "degrees_c", "c", "deg c", "degree c", "degrees c"),
-    "degF": ("degf", "deg_f", "°f", "fahrenheit", "degree_fahrenheit", "degrees_fahrenheit"),
-    "m": ("m", "metre", "metres", "meter", "meters"),
-    "km": ("km", "kilometre", "kilometres", "kilometer", "kilometers"),
-    "mm": ("mm", "millimetre", "millimetres", "millimeter", "millimeters"),
-    "m s-1": ("m s-1", "m/s", "m s**-1", "m.s-1", "m s^-1", "meters per second",
-              "metres per second"),
-    "Pa": ("pa", "pascal", "pascals"),
-    "hPa": ("hpa", "mbar", "millibar", "millibars", "mb"),
-    "1": ("1", "", "dimensionless", "-"),
-    "%": ("%", "percent"),
-}  # fmt: skip
-_UNIT_NAMES = {alias: unit for unit, aliases in _UNIT_SPELLINGS.items() for alias in aliases}
 _CONVERSIONS = {
     ("K", "degC"): "ds[{name!r}] - 273.15 with attrs['units'] = 'degC'",
     ("degC", "K"): "ds[{name!r}] + 273.15 with attrs['units'] = 'K'",
     ("Pa", "hPa"): "ds[{name!r}] / 100 with attrs['units'] = 'hPa'",
     ("hPa", "Pa"): "ds[{name!r}] * 100 with attrs['units'] = 'Pa'",
 }
-
-
-def _canonical_units(units: str) -> str:
-    """One spelling per unit for the common CF/UDUNITS names (others as written).
-
-    Units outside the table have their exponents written the UDUNITS way, so that
-    ERA5's ``W m**-2`` and CMIP's ``W m-2`` (or ``kg m^-2 s^-1``, ``kg.m-2.s-1``,
-    ``kg/m2/s``) compare equal.
-
-    >>> (
-    ...     _canonical_units("kelvin"),
-    ...     _canonical_units(" degrees_Celsius "),
-    ...     _canonical_units("W m**-2"),
-    ...     _canonical_units("kg/m2/s"),
-    ... )
-    ('K', 'degC', 'W m-2', 'kg m-2 s-1')
-    """
-    text = " ".join(str(units).split())
-    if text.lower() in _UNIT_NAMES:
-        return _UNIT_NAMES[text.lower()]
-    text = re.sub(r"\*\*|\^", "", text)  # m**-2, m^-2 → m-2
-    text = re.sub(r"(?<=[\w)])\.(?=[A-Za-z])", " ", text)  # kg.m-2 → kg m-2
-    text = re.sub(  # /s → s-1, /m2 → m-2
-        r"/\s*([A-Za-z]+)(-?\d*)", lambda m: f" {m[1]}{-int(m[2] or 1)}", text
-    )
-    text = " ".join(text.split())
-    return _UNIT_NAMES.get(text.lower(), text)
 
 
 @dataclasses.dataclass(frozen=True)

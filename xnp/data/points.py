@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
-from xnp.data import _names
+from xnp._version import __version__
+from xnp.data import names as known
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import covariate_channels, covariate_names, point_covariates
 from xnp.data.times import day_and_year_fractions, time_hours
@@ -323,7 +324,7 @@ def _extra_dims_message(data: xr.Dataset, variable: str, extra: list[str], layou
         f"Variable {variable!r} has dimension(s) {extra} besides space {layout.point_dims} "
         f"and {time}. "
     )
-    timeless = [d for d in extra if d.lower() in _names.TIME_NAMES and d not in data.coords]
+    timeless = [d for d in extra if d.lower() in known.TIME_NAMES and d not in data.coords]
     if timeless and layout.time_dim is None:  # a time dimension without a coordinate
         d = timeless[0]
         text += (
@@ -405,12 +406,7 @@ def prediction_attrs(
     >>> prediction_attrs("t2m", "std", {"units": "K"})["long_name"]
     'predictive standard deviation of t2m'
     """
-    import xnp
-
-    provenance = {
-        "source": f"xnp {xnp.__version__} neural process",
-        "xnp_version": xnp.__version__,
-    }
+    provenance = {"source": f"xnp {__version__} neural process", "xnp_version": __version__}
     if name is None:
         return provenance
     what = {"mean": "mean", "std": "standard deviation"}[kind]

@@ -37,7 +37,7 @@ import scipy.linalg
 import scipy.spatial
 
 from xnp.errors import ConfigError, EmptyDataError
-from xnp.infer import _xyz
+from xnp.geo.sphere import unit_vectors
 
 __all__ = ["Trend", "gls_covariance", "rms_spread"]
 
@@ -167,7 +167,7 @@ class Trend:
             raise ConfigError(f"degree must be 0 (a constant) or 1 (a plane); got {degree!r}.")
         s = np.asarray(s, np.float64)
         f = np.asarray(f, np.float64).reshape(len(s), -1)
-        where = _xyz(s) if spherical else s  # the points the trend and covariance are in
+        where = unit_vectors(s) if spherical else s  # the points the trend and covariance are in
         origin, basis = cls._frame(s, where, spherical)
         basis = basis[:, :0] if degree == 0 else basis
         design = cls._design(where, basis, origin)
@@ -229,7 +229,7 @@ class Trend:
     def at(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trend ``[N, Dy]`` at points ``s`` ``[N, 2]`` and the variance of its estimate."""
         s = np.asarray(s, np.float64)
-        design = self._design(_xyz(s) if self.spherical else s, self.basis, self.origin)
+        design = self._design(unit_vectors(s) if self.spherical else s, self.basis, self.origin)
         mean = design @ self.coef
         var = np.einsum("np,jpq,nq->nj", design, self.cov, design)
         return mean, np.maximum(var, 0.0)

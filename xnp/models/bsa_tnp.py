@@ -31,13 +31,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xnp.arrays import Points
 from xnp.errors import ShapeError
 from xnp.geo.distance import latlon_to_xyz
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
 from xnp.nn.bias import SpaceTimeBias
 from xnp.nn.layers import MLP, MultiHeadAttention
-from xnp.points import Points
 
 __all__ = ["BSATNP", "ContextState", "KRBlock"]
 
@@ -117,7 +117,7 @@ class BSATNP(nnx.Module):
     --------
     >>> import jax.numpy as jnp
     >>> from flax import nnx
-    >>> from xnp.points import Points
+    >>> from xnp.arrays import Points
     >>> model = BSATNP(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))
     >>> ctx = Points.from_arrays(s=jnp.zeros((1, 5, 2)), f=jnp.ones((1, 5, 1)))
     >>> tgt = Points.from_arrays(s=jnp.ones((1, 3, 2)))

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from xnp.arrays import Points
 from xnp.errors import ShapeError
 from xnp.geo.distance import latlon_to_xyz
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
@@ -78,7 +79,6 @@ from xnp.nn.windows import (
     window_pair_mask,
     window_partition,
 )
-from xnp.points import Points
 
 __all__ = ["GridState", "SwinTNP", "SwinTNPConfig", "count_params"]
 
@@ -283,7 +283,7 @@ class SwinTNP(nnx.Module):
     --------
     >>> import jax.numpy as jnp
     >>> from flax import nnx
-    >>> from xnp.points import Points
+    >>> from xnp.arrays import Points
     >>> model = SwinTNP(SwinTNPConfig.tiny(), rngs=nnx.Rngs(0))
     >>> ctx = Points.from_arrays(s=jnp.zeros((1, 5, 2)), f=jnp.ones((1, 5, 1)))
     >>> tgt = Points.from_arrays(s=jnp.ones((1, 3, 2)))

@@ -1,8 +1,13 @@
-"""The padded point-set pytree that every model consumes.
+"""The padded pytrees the models take: :class:`Points` and :class:`Batch`.
 
 A :class:`Points` holds a batch of point sets padded to a common size ``N``,
-with a boolean ``mask`` marking the real points.  It is a JAX pytree, so it can be
-passed straight through ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan``.
+with a boolean ``mask`` marking the real points.  A :class:`Batch` is context
+points, target points and the target values of a training step.  Both are JAX
+pytrees, so they pass straight through ``jax.jit``, ``jax.vmap`` and
+``jax.lax.scan``.  :func:`padded_size` is the one rule by which every layer
+chooses padded sizes (few distinct shapes, so that ``jit`` compiles seldom).
+
+This module sits at the bottom of the package: it imports only :mod:`xnp.errors`.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import numpy as np
 
 from xnp.errors import ShapeError
 
-__all__ = ["Points"]
+__all__ = ["Batch", "Points", "padded_size"]
 
 Array = jax.Array | np.ndarray
 
@@ -167,3 +172,72 @@ class Points:
         return jax.tree.map(
             lambda a: jnp.pad(a, [(0, 0), (0, extra)] + [(0, 0)] * (a.ndim - 2)), self
         )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A padded batch of tasks, ready for a jitted training step.
+
+    Attributes
+    ----------
+    context : Points
+        Context points ``[B, Nc, ...]`` with their normalised values in ``f``.
+    target : Points
+        Target points ``[B, Nt, ...]``; ``f`` is zeros.
+    y : array, shape ``[B, Nt, Dy]``
+        Normalised target values (zeros at padding).
+    context_source, target_source : int32 arrays, shapes ``[B, Nc]``, ``[B, Nt]``
+        Source id of each point (all zeros with a single source).
+    """
+
+    context: Points
+    target: Points
+    y: Array
+    context_source: Array
+    target_source: Array
+
+    @property
+    def target_mask(self) -> Array:
+        """True where a target point is real, shape ``[B, Nt]``."""
+        return self.target.mask
+
+    @property
+    def num_context(self) -> Array:
+        """Number of real context points per task, shape ``[B]``."""
+        return self.context.mask.sum(axis=1)
+
+    @property
+    def num_targets(self) -> Array:
+        """Number of real target points per task, shape ``[B]``."""
+        return self.target.mask.sum(axis=1)
+
+
+def padded_size(
+    n: int, *, minimum: int = 16, tile: int | None = None, three_quarters: bool = True
+) -> int:
+    """The padded size for ``n`` points: few distinct sizes, little waste.
+
+    One rule, with each caller's policy in its arguments: powers of two up to
+    ``minimum`` (and never less than ``minimum``); above it, powers of two and,
+    with ``three_quarters``, 1.5× powers of two (``3/4`` of the next power of two);
+    above ``tile``, whole multiples of ``tile`` (an attention tile or a block of
+    rows), so that large sets pad by less than one tile.  ``tile=None``: powers
+    of two without end.
+
+    Examples
+    --------
+    >>> [padded_size(n, minimum=256, tile=1024) for n in (10, 300, 1000, 1025, 100_000)]
+    [256, 384, 1024, 2048, 100352]
+    >>> [padded_size(n, minimum=16, tile=64, three_quarters=False) for n in (3, 40, 65)]
+    [16, 64, 128]
+    >>> padded_size(100, tile=None, three_quarters=False), padded_size(33, minimum=16, tile=16)
+    (128, 48)
+    """
+    n = max(int(n), 1)
+    power = 1 << (n - 1).bit_length()  # the smallest power of two ≥ n
+    if n <= minimum:
+        return max(minimum, power)
+    if tile is not None and n > max(tile, minimum):
+        return -(-n // tile) * tile
+    return power * 3 // 4 if three_quarters and n <= power * 3 // 4 else power
