@@ -19,9 +19,10 @@ from flax import nnx
 from tqdm import tqdm
 
 from xnp.data.gp import GPTasks, gp_oracle, sample_gp_batch
-from xnp.models.bsa_tnp import BSATNP, count_params
+from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll
+from xnp.nn.layers import count_params
 from xnp.train import make_optimizer, make_train_step
 
 

@@ -21,9 +21,9 @@ from xnp.baselines import (
     _neg_log_marginal,
 )
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpError
-from xnp.evaluate import evaluate
 from xnp.geo import great_circle_distance
 from xnp.geo.distance import EARTH_RADIUS_KM
+from xnp.scoring.evaluation import evaluate
 
 R = EARTH_RADIUS_KM
 
@@ -121,10 +121,10 @@ def test_idw_predicts_every_time_like_xnp_predict_and_leaves_data_alone():
 
 
 def test_baselines_return_the_same_layout_as_xnp_predict():
+    from xnp.api.predict import predict
     from xnp.data.normalise import Normaliser
-    from xnp.estimator import NeuralProcess
     from xnp.models.config import BSATNPConfig
-    from xnp.prediction import predict
+    from xnp.neural_process import NeuralProcess
 
     data = grid_dataset(nt=2, ny=4, nx=5, nan_fraction=0.2)
     model = NeuralProcess.init(

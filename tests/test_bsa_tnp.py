@@ -7,8 +7,9 @@ from flax import nnx
 from xnp.arrays import Points
 from xnp.data.gp import GPTasks, sample_gp_batch
 from xnp.errors import ConfigError, ShapeError
-from xnp.models.bsa_tnp import BSATNP, count_params
+from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
+from xnp.nn.layers import count_params
 from xnp.train import make_optimizer, make_train_step
 
 

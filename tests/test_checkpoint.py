@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 import xnp
-from xnp import checkpoint as ckpt
-from xnp.api import _fixed
+from xnp import files as ckpt
+from xnp.api.sizes import fixed_batch as _fixed
 from xnp.data import TaskSampler
 from xnp.errors import CheckpointError, EmptyDataError, XnpWarning
 from xnp.train import TrainConfig
+from xnp.train.checkpoints import CheckpointDir
 
 CONFIG = TrainConfig(log_every=25, validate_every=50, validation_batches=4, checkpoint_every=25)
 ARGS = {"model": "bsa-tnp-tiny", "learning_rate": 5e-3, "progress": False, "config": CONFIG}
@@ -158,7 +159,9 @@ def test_interrupted_save_keeps_the_previous_model(model, tmp_path, monkeypatch)
     def explode(*args, **kwargs):
         raise KeyboardInterrupt("interrupted mid-save")
 
-    monkeypatch.setattr(ckpt, "write_json", explode)
+    import xnp.saved_model
+
+    monkeypatch.setattr(xnp.saved_model, "write_json", explode)
     with pytest.raises(KeyboardInterrupt):
         model.save(path)
     monkeypatch.undo()
@@ -237,9 +240,9 @@ def test_unusable_checkpoint_dirs_are_refused_before_training(tmp_path):
         (saved, "holds a saved model"),
     ]:
         with pytest.raises(CheckpointError, match=match):
-            ckpt.CheckpointDir(where)
+            CheckpointDir(where)
     with pytest.raises(CheckpointError, match="keep must be a positive integer"):
-        ckpt.CheckpointDir(tmp_path / "run", keep=0)
+        CheckpointDir(tmp_path / "run", keep=0)
     # fit refuses them before any step (no step folder mixed into the saved model)
     with pytest.raises(CheckpointError, match="holds a saved model"):
         gp_data().np.fit("field", steps=1, checkpoint_dir=saved, **ARGS)
@@ -250,7 +253,7 @@ def test_unusable_checkpoint_dirs_are_refused_before_training(tmp_path):
 
 
 def test_pruning_leaves_folders_that_are_not_checkpoints(tmp_path):
-    checkpoints = ckpt.CheckpointDir(tmp_path, keep=1)
+    checkpoints = CheckpointDir(tmp_path, keep=1)
     (tmp_path / "step-00000001").mkdir()  # someone else's folder with a step-like name
     (tmp_path / "step-00000001" / "notes.txt").write_text("precious")
     for step in (2, 3):
@@ -268,10 +271,12 @@ def test_latest_pointer_cannot_lead_out_of_the_folder(tmp_path):
         folder.mkdir(parents=True)
         (folder / "config.json").write_text("{}")
     (run / "LATEST").write_text("../other/step-00000009")
-    assert ckpt.CheckpointDir(run).latest() == run / "step-00000001"
+    assert CheckpointDir(run).latest() == run / "step-00000001"
 
 
 def test_a_failed_checkpoint_write_warns_and_training_goes_on(tmp_path, monkeypatch):
+    import xnp.train.checkpoints
+
     write, calls = ckpt.write_arrays, []
 
     def disk_full_once(path, arrays):
@@ -280,13 +285,13 @@ def test_a_failed_checkpoint_write_warns_and_training_goes_on(tmp_path, monkeypa
             raise OSError(28, "No space left on device", str(path))
         return write(path, arrays)
 
-    monkeypatch.setattr(ckpt, "write_arrays", disk_full_once)
+    monkeypatch.setattr(xnp.train.checkpoints, "write_arrays", disk_full_once)
     config = TrainConfig(log_every=1, validate_every=1, checkpoint_every=1)
     args = ARGS | {"config": config, "validation": None, "checkpoint_dir": tmp_path / "run"}
     with pytest.warns(XnpWarning, match="could not write the checkpoint of step 1.*continues"):
         model = gp_data().np.fit("field", steps=2, **args)
     assert model.training["step"] == 2  # the run was not lost
-    assert ckpt.CheckpointDir(tmp_path / "run").latest().name == "step-00000002"
+    assert CheckpointDir(tmp_path / "run").latest().name == "step-00000002"
     assert not any(".tmp-" in p.name for p in (tmp_path / "run").iterdir())
 
 
@@ -316,7 +321,7 @@ def test_saved_directories_get_the_permissions_of_the_umask(tmp_path):
     path = xnp.pretrained("gp-sphere").save(tmp_path / "model")
     assert mode(path) == 0o750
     assert {mode(p) for p in path.iterdir()} == {0o640}
-    checkpoints = ckpt.CheckpointDir(tmp_path / "run")
+    checkpoints = CheckpointDir(tmp_path / "run")
     with checkpoints.write(5) as tmp:
         (tmp / "config.json").write_text("{}")
     assert mode(tmp_path / "run" / "step-00000005") == 0o750
@@ -335,7 +340,7 @@ def test_a_leading_tilde_means_the_home_directory(tmp_path, monkeypatch):
     saved = xnp.pretrained("gp-sphere").save("~/models/zero-shot")
     assert saved == home / "models" / "zero-shot"
     assert xnp.load("~/models/zero-shot").normalise == "context"
-    checkpoints = ckpt.CheckpointDir("~/run")
+    checkpoints = CheckpointDir("~/run")
     with checkpoints.write(1) as tmp:
         (tmp / "config.json").write_text("{}")
     assert checkpoints.latest() == home / "run" / "step-00000001"
@@ -358,7 +363,7 @@ def test_arrays_round_trip_and_mismatch_errors():
 def test_checkpoints_resume_to_the_uninterrupted_result(tmp_path):
     ckdir = tmp_path / "run"
     full = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
-    steps = ckpt.CheckpointDir(ckdir).steps()
+    steps = CheckpointDir(ckdir).steps()
     assert [p.name for p in steps] == ["step-00000050", "step-00000075"]  # keep=2
     assert (ckdir / "LATEST").read_text() == "step-00000075"
     assert_same_params(xnp.load(ckdir), xnp.load(steps[-1]))
@@ -401,7 +406,7 @@ def test_ctrl_c_returns_the_model_and_resume_continues(tmp_path, monkeypatch):
         early = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
     assert early.training["interrupted"]
     assert early.training["step"] < 75
-    assert ckpt.CheckpointDir(ckdir).latest().name == f"step-{early.training['step']:08d}"
+    assert CheckpointDir(ckdir).latest().name == f"step-{early.training['step']:08d}"
     resumed = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
     full = gp_data().np.fit("field", steps=75, **ARGS)
     assert_same_params(full, resumed)
@@ -434,7 +439,7 @@ def test_resume_after_kill_9_matches_an_uninterrupted_run(tmp_path):
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and child.poll() is None:
-            latest = ckpt.CheckpointDir(ckdir).latest()
+            latest = CheckpointDir(ckdir).latest()
             if latest is not None and int(latest.name.split("-")[1]) >= 20:
                 os.kill(child.pid, signal.SIGKILL)
                 killed_at = int(latest.name.split("-")[1])

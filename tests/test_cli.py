@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 
 import xnp
-import xnp.prediction
+import xnp.api.predict
 from xnp.cli import format_table, main, parse_chunks, write_dataset
 from xnp.errors import XnpError
 
@@ -174,7 +174,7 @@ def test_fit_predict_evaluate_round_trip(capsys, files, fitted):
         assert [regional.lat.values[i] for i in (0, -1)] == [32.5, 57.5]
         assert np.isfinite(regional["field_mean"].values).all()
 
-    pytest.importorskip("xnp.evaluate")
+    pytest.importorskip("xnp.scoring.evaluation")
     status, out, err = run(capsys, "evaluate", files / "fill.nc", files / "data.nc",
                            "--out", files / "scores.nc")  # fmt: skip
     assert status == 0, err
@@ -390,12 +390,12 @@ def test_any_xnp_error_is_one_line_but_bugs_keep_their_traceback(capsys, files, 
         return predict
 
     argv = ("predict", "gp-sphere", files / "data.nc", "--out", tmp_path / "p.nc")
-    monkeypatch.setattr(xnp.prediction, "predict", raise_(TimeNotFound("no time\n'2010'")))
+    monkeypatch.setattr(xnp.api.predict, "predict", raise_(TimeNotFound("no time\n'2010'")))
     status, _, err = run(capsys, *argv)
     assert status == 1
     assert err.splitlines()[-1] == "xnp: error: no time '2010'"
     for bug in (KeyError("time"), ValueError("oops"), RuntimeError("bug")):
-        monkeypatch.setattr(xnp.prediction, "predict", raise_(bug))
+        monkeypatch.setattr(xnp.api.predict, "predict", raise_(bug))
         with pytest.raises(type(bug)):
             main([str(a) for a in argv])
 
@@ -403,13 +403,14 @@ def test_any_xnp_error_is_one_line_but_bugs_keep_their_traceback(capsys, files, 
 def test_outputs_are_checked_before_any_work(capsys, files, tmp_path, monkeypatch):
     import importlib
 
-    import xnp.api
+    import xnp.api.fit
+    import xnp.api.predict
 
     def never(*args, **kwargs):
         raise AssertionError("the output should have been refused before this work")
 
-    evaluate = importlib.import_module("xnp.evaluate")  # (xnp.evaluate is the function)
-    for module, name in ((xnp.api, "fit"), (xnp.prediction, "predict"),
+    evaluate = importlib.import_module("xnp.scoring.evaluation")
+    for module, name in ((xnp.api.fit, "fit"), (xnp.api.predict, "predict"),
                          (evaluate, "evaluate")):  # fmt: skip
         monkeypatch.setattr(module, name, never)
     mine = tmp_path / "mine"
@@ -478,7 +479,7 @@ def test_warnings_are_one_line_messages(capsys, files, tmp_path, monkeypatch):
         warnings.warn("odd _FillValue", RuntimeWarning, stacklevel=2)
         raise XnpError("stop here")
 
-    monkeypatch.setattr(xnp.prediction, "predict", predict)
+    monkeypatch.setattr(xnp.api.predict, "predict", predict)
     status, _, err = run(capsys, "predict", "gp-sphere", files / "data.nc", "--out",
                          tmp_path / "p.nc", "--quiet")  # fmt: skip
     assert status == 1
@@ -531,12 +532,12 @@ def test_a_netcdf_file_named_zarr_is_read_back(tmp_path):
 
 
 def test_options_are_not_silently_ignored(capsys, files, tmp_path, monkeypatch):
-    import xnp.api
+    import xnp.api.fit
 
     def never(*args, **kwargs):
         raise AssertionError("the options should have been refused")
 
-    monkeypatch.setattr(xnp.api, "fit", never)
+    monkeypatch.setattr(xnp.api.fit, "fit", never)
     status, _, err = run(capsys, "fit", files / "data.nc", "field", "--out", tmp_path / "m",
                          "--tasks", "auto", "--max-points", "64")  # fmt: skip
     assert status == 2

@@ -22,7 +22,7 @@ from xnp.errors import (
     VariableNotFoundError,
     XnpWarning,
 )
-from xnp.evaluate import METRICS, UnmatchedPointsWarning, evaluate, pit, plot_calibration
+from xnp.scoring.evaluation import METRICS, UnmatchedPointsWarning, evaluate, pit, plot_calibration
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -318,7 +318,7 @@ def test_forecasts_of_held_out_times_match_validation(trained):
 
 
 def test_default_tasks_follow_the_time_axis():
-    from xnp.api import default_tasks
+    from xnp.api.sizes import default_tasks
 
     ds = xnp.datasets.gp_sphere(n_lat=4, n_lon=5, n_time=36)
     six_hourly = ds.assign_coords(time=pd.date_range("2000-01-01", periods=36, freq="6h"))

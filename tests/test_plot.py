@@ -14,8 +14,10 @@ from xnp import plot  # noqa: E402
 from xnp.data.normalise import Normaliser, Stats  # noqa: E402
 from xnp.data.points import predictions_to_xarray, to_points  # noqa: E402
 from xnp.errors import DimensionError, VariableNotFoundError, XnpError  # noqa: E402
-from xnp.estimator import NeuralProcess, history_dataset, params_template  # noqa: E402
+from xnp.history import history_dataset  # noqa: E402
 from xnp.models.config import BSATNPConfig  # noqa: E402
+from xnp.models.registry import params_template  # noqa: E402
+from xnp.neural_process import NeuralProcess  # noqa: E402
 from xnp.plot import (  # noqa: E402
     MissingDependencyError,
     plot_history,
@@ -201,7 +203,7 @@ def test_history_of_several_variables_keeps_each_ones_units(tmp_path):
 
 
 def test_plot_calibration_is_the_one_in_evaluate(gridded, monkeypatch, tmp_path):
-    evaluate = pytest.importorskip("xnp.evaluate")
+    evaluate = pytest.importorskip("xnp.scoring.evaluation")
     calls = []
 
     def fake(*args, **kwargs):

@@ -7,13 +7,13 @@ import pytest
 import xarray as xr
 from strategies import curvilinear_dataset, grid_dataset, projected_dataset, station_dataset
 
+from xnp.api.predict import predict
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
-from xnp.estimator import NeuralProcess
-from xnp.estimator import load as xnp_load
 from xnp.models.config import BSATNPConfig
-from xnp.prediction import predict
+from xnp.neural_process import NeuralProcess
+from xnp.neural_process import load as xnp_load
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def test_shipped_model_is_small_safe_and_zero_shot(model):
 
 
 def test_pretrained_names_ignore_case(model):
-    from xnp.pretrained import resolve_model
+    from xnp.shipped import resolve_model
 
     assert xnp.pretrained("GP-Sphere").config == model.config
     assert resolve_model("gp_sphere").config == model.config

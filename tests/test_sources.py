@@ -6,13 +6,13 @@ import xarray as xr
 from strategies import grid_dataset, station_dataset
 
 import xnp
-from xnp.api import _fixed
+from xnp.api.sizes import fixed_batch as _fixed
 from xnp.data.normalise import Normaliser
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks
 from xnp.errors import ConfigError, VariableNotFoundError
-from xnp.estimator import NeuralProcess
 from xnp.models.config import BSATNPConfig
+from xnp.neural_process import NeuralProcess
 
 
 @pytest.fixture(scope="module")

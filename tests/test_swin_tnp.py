@@ -10,7 +10,8 @@ from flax import nnx
 from xnp.arrays import Points
 from xnp.data.gp import GPTasks, sample_gp_batch
 from xnp.errors import ConfigError, ShapeError, XnpWarning
-from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig, count_params
+from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig
+from xnp.nn.layers import count_params
 from xnp.train import make_optimizer, make_train_step
 
 BOX = ((-2.0, 2.0), (-2.0, 2.0))
@@ -248,7 +249,7 @@ def test_preset_grid_fits_regional_data_and_stays_global_for_global_data(tmp_pat
     from strategies import grid_dataset, station_dataset
 
     import xnp
-    from xnp.api import swin_grid_for
+    from xnp.api.sizes import swin_grid_for
     from xnp.data import SpatialTasks
 
     base = SwinTNPConfig()

@@ -11,7 +11,7 @@ import xnp.data.trend as trend_module
 from xnp.data.trend import _NUGGET, _RANGE, Trend, gls_covariance
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors as _unit_vectors
-from xnp.validation import BlockKFold, cross_validate
+from xnp.scoring.cross_validation import BlockKFold, cross_validate
 
 
 def _tangent_plane(s: np.ndarray, centre: np.ndarray, slopes=(3.0, -2.0), offset=5.0):

@@ -10,8 +10,8 @@ from strategies import grid_dataset, hourly_times
 import xnp
 from xnp.baselines import InverseDistanceWeighting
 from xnp.errors import ConfigError, DimensionError
-from xnp.evaluate import METRICS, evaluate
-from xnp.validation import BlockKFold, LeaveOneOut, cross_val_predict, cross_validate
+from xnp.scoring.cross_validation import BlockKFold, LeaveOneOut, cross_val_predict, cross_validate
+from xnp.scoring.evaluation import METRICS, evaluate
 
 
 def station_data(n=40, nt=None, seed=0, nan_fraction=0.0):

@@ -1,20 +1,19 @@
 """xnp: transformer neural processes for xarray.
 
-Importing xnp registers the ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``.
+Importing xnp registers the ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``
+(as soon as xarray is imported, before or after xnp).  The public names below are
+imported on first use, so ``import xnp.geo`` loads neither xarray nor flax.
+
+Examples
+--------
+>>> import xnp
+>>> xnp.available_models()
+('bsa-tnp', 'bsa-tnp-tiny', 'swin-tnp', 'swin-tnp-tiny')
 """
 
-from xnp import baselines, datasets, plot, validation
+from xnp._lazy import after_import, exports
 from xnp._version import __version__
-from xnp.accessor import NPDataArrayAccessor, NPDatasetAccessor
-from xnp.api import fit
-from xnp.arrays import Points
 from xnp.errors import CheckpointError, XnpError, XnpWarning
-from xnp.estimator import NeuralProcess, load
-from xnp.evaluate import evaluate
-from xnp.models.registry import available_models
-from xnp.prediction import predict
-from xnp.pretrained import available_pretrained, pretrained
-from xnp.train import TrainConfig
 
 __all__ = [
     "CheckpointError",
@@ -38,3 +37,33 @@ __all__ = [
     "pretrained",
     "validation",
 ]
+
+__getattr__, __dir__ = exports(
+    __name__,
+    {
+        "NPDataArrayAccessor": "xnp.accessor:NPDataArrayAccessor",
+        "NPDatasetAccessor": "xnp.accessor:NPDatasetAccessor",
+        "NeuralProcess": "xnp.neural_process:NeuralProcess",
+        "Points": "xnp.arrays:Points",
+        "TrainConfig": "xnp.train.settings:TrainConfig",
+        "available_models": "xnp.models.registry:available_models",
+        "available_pretrained": "xnp.shipped:available_pretrained",
+        "baselines": "xnp.baselines",
+        "datasets": "xnp.datasets",
+        "evaluate": "xnp.scoring.evaluation:evaluate",
+        "fit": "xnp.api.fit:fit",
+        "load": "xnp.neural_process:load",
+        "plot": "xnp.plot",
+        "predict": "xnp.api.predict:predict",
+        "pretrained": "xnp.shipped:pretrained",
+        "validation": "xnp.scoring.cross_validation",
+    },
+    globals(),
+)
+
+
+def _register_accessor() -> None:
+    import xnp.accessor  # noqa: F401  (registers ds.np and da.np)
+
+
+after_import("xarray", _register_accessor)

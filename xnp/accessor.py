@@ -1,21 +1,23 @@
 """The ``np`` accessor on ``xr.Dataset`` and ``xr.DataArray``.
 
-Importing :mod:`xnp` registers it.  The accessor holds no state (xarray creates a
-new one for every object): each method resolves its arguments and hands off to
-:mod:`xnp.api`, returning a model object or ordinary xarray objects.
+Importing :mod:`xnp` registers it (when xarray is imported, before or after xnp).
+The accessor holds no state (xarray creates a new one for every object): each
+method hands off to :func:`xnp.fit`, :func:`xnp.predict` or :func:`xnp.evaluate`,
+returning a model object or ordinary xarray objects.  Those are imported when a
+method is first called, so that registering the accessor costs nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from xnp import api, prediction
-from xnp.estimator import NeuralProcess
-from xnp.train import TrainConfig
+if TYPE_CHECKING:
+    from xnp.neural_process import NeuralProcess
+    from xnp.train.settings import TrainConfig
 
 __all__ = ["NPDataArrayAccessor", "NPDatasetAccessor"]
 
@@ -42,11 +44,13 @@ class _NPAccessor:
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
-        See :func:`xnp.prediction.predict`; the result holds ``{variable}_mean``
+        See :func:`xnp.predict`; the result holds ``{variable}_mean``
         and ``{variable}_std`` on the target coordinates (lazy when the targets
         are dask-chunked or ``chunks`` is given).
         """
-        return prediction.predict(
+        from xnp.api.predict import predict
+
+        return predict(
             model, self._obj, targets, time=time, lead_time=lead_time,
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
             progress=progress, context_sources=context_sources, trend=trend,
@@ -61,7 +65,7 @@ class _NPAccessor:
     ) -> xr.Dataset:
         """Score the predictions ``pred`` against this object, the truth.
 
-        See :func:`xnp.evaluate.evaluate`: RMSE, MAE, CRPS, NLL, interval coverage
+        See :func:`xnp.evaluate`: RMSE, MAE, CRPS, NLL, interval coverage
         and the number of points, as ``{variable}_{metric}``, averaged over ``dim``
         (default all dimensions).
 
@@ -73,7 +77,7 @@ class _NPAccessor:
         >>> float(truth.np.evaluate(pred).t_mae)
         0.5
         """
-        from xnp.evaluate import evaluate
+        from xnp.scoring.evaluation import evaluate
 
         return evaluate(pred, self._obj, variables=variables, dim=dim)
 
@@ -117,8 +121,10 @@ class NPDatasetAccessor(_NPAccessor):
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
     ) -> NeuralProcess:
-        """Train a neural process to predict ``variable``; see :func:`xnp.api.fit`."""
-        return api.fit(
+        """Train a neural process to predict ``variable``; see :func:`xnp.fit`."""
+        from xnp.api.fit import fit
+
+        return fit(
             self._obj, variable, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
@@ -163,8 +169,10 @@ class NPDataArrayAccessor(_NPAccessor):
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
     ) -> NeuralProcess:
-        """Train a neural process on this DataArray; see :func:`xnp.api.fit`."""
-        return api.fit(
+        """Train a neural process on this DataArray; see :func:`xnp.fit`."""
+        from xnp.api.fit import fit
+
+        return fit(
             self._obj, None, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,

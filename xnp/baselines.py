@@ -4,7 +4,7 @@ Each baseline is a small object whose ``predict(data, targets=None, *, time=None
 takes the same arguments as ``xnp.predict(model, data, targets, time=...)`` and
 returns the same layout: ``{var}_mean`` and ``{var}_std`` on the target
 coordinates (and ``time``), with the same attributes.  So a neural process and
-a baseline are scored on identical inputs with :func:`xnp.evaluate.evaluate`::
+a baseline are scored on identical inputs with :func:`xnp.evaluate`::
 
     scores_np = evaluate(xnp.predict(model, context, targets), truth)
     scores_idw = evaluate(InverseDistanceWeighting().predict(context, targets), truth)
@@ -47,7 +47,7 @@ from scipy.spatial.distance import cdist
 from xnp.arrays import padded_size
 from xnp.data.coords import find_coords, latlon
 from xnp.data.points import PointSet, predictions_to_xarray, to_points
-from xnp.data.tasks import _check_count
+from xnp.data.tasks import check_count
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
     ConfigError,
@@ -59,15 +59,9 @@ from xnp.errors import (
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.geo.sphere import great_circle_km, unit_vectors
-from xnp.prediction import (
-    _add_hours,
-    _as_dataset,
-    _at_time,
-    _lead_hours,
-    _template,
-    forecast_layout,
-    predict_each_time,
-)
+from xnp.prediction.forecast import add_hours, forecast_layout, lead_hours
+from xnp.prediction.frames import at_time, predict_each_time
+from xnp.prediction.templates import checked_dataset, template_of
 
 __all__ = [
     "GPHyperparameters",
@@ -86,7 +80,7 @@ _TARGET_CHUNK = 4096  # targets predicted at a time (bounds the cross-covariance
 def _dataset(data: xr.Dataset | xr.DataArray) -> xr.Dataset:
     if isinstance(data, xr.DataArray) and data.name is None:
         return data.to_dataset(name="value")
-    return _as_dataset(data, "data")
+    return checked_dataset(data, "data")
 
 
 def _variables(data: xr.Dataset, variables: tuple[str, ...] | None) -> list[str]:
@@ -162,7 +156,7 @@ class _SpatialBaseline:
         """
         data = _dataset(data)
         variables = _variables(data, self.variables)
-        where = _template(targets, data)
+        where = template_of(targets, data)
         layout = find_coords(data, variables[0])
         return where.arrange(predict_each_time(
             data, where.points, layout, time,
@@ -243,7 +237,7 @@ class InverseDistanceWeighting(_SpatialBaseline):
         if not 0 < power < np.inf:
             raise ConfigError(f"power must be a positive finite number; got {power!r}.")
         if neighbours is not None:
-            _check_count(neighbours=neighbours)
+            check_count(neighbours=neighbours)
         super().__init__(variables)
         self.power = float(power)
         self.neighbours = None if neighbours is None else int(neighbours)
@@ -465,7 +459,7 @@ class GaussianProcess(_SpatialBaseline):
         ):
             if value is not None and not value > 0:
                 raise ConfigError(f"{label} must be positive; got {value!r}.")
-        _check_count(steps=steps, fit_points=fit_points, max_context=max_context)
+        check_count(steps=steps, fit_points=fit_points, max_context=max_context)
         steps, fit_points, max_context = int(steps), int(fit_points), int(max_context)
         super().__init__(variables)
         self.kernel = kernel
@@ -690,7 +684,7 @@ class OrdinaryKriging(_SpatialBaseline):
             raise ConfigError(
                 f"variogram_model must be one of {_VARIOGRAM_MODELS}; got {variogram_model!r}."
             )
-        _check_count(nlags=nlags)
+        check_count(nlags=nlags)
         self._ok = _pykrige_ok()
         super().__init__(variables)
         self.variogram_model = variogram_model
@@ -817,7 +811,7 @@ class Persistence:
                     f"{v!r} has dims {data[v].dims}; Persistence needs exactly time and space "
                     f"{tuple(expected)}. Select along the other dims first."
                 )
-        where = _template(targets, data)
+        where = template_of(targets, data)
         template = where.points
         if targets is None:
             template = template.isel({layout.time_dim: 0}, drop=True)
@@ -831,7 +825,7 @@ class Persistence:
         times, scalar = _valid_times(data, template, layout, tmpl_time, time)
         results = []
         for t in times:
-            tmpl = _at_time(template, xr.Dataset(coords={layout.time: t}), layout, tmpl_time)
+            tmpl = at_time(template, xr.Dataset(coords={layout.time: t}), layout, tmpl_time)
             results.append(self._frame(history, tmpl, t, t))
         return where.arrange(results[0] if scalar else xr.concat(results, dim=layout.time_dim))
 
@@ -848,7 +842,7 @@ class Persistence:
     def _forecast(
         self, history: _History, spatial: xr.Dataset, time: Any, lead_time: Any
     ) -> xr.Dataset:
-        leads, scalar_lead = _lead_hours(lead_time)
+        leads, scalar_lead = lead_hours(lead_time)
         if time is None:
             inits, scalar_init = history.times, False
         else:
@@ -856,7 +850,7 @@ class Persistence:
         lead_index = pd.Index(pd.to_timedelta(leads, unit="h"), name="lead_time")
         results = []
         for t0 in inits:
-            per_lead = [self._frame(history, spatial, t0, _add_hours(t0, float(h))) for h in leads]
+            per_lead = [self._frame(history, spatial, t0, add_hours(t0, float(h))) for h in leads]
             results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[t0]))
         return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
 

@@ -172,7 +172,7 @@ def _checked(what: str) -> Callable[[str], str]:
     """
 
     def check(text: str) -> str:
-        from xnp.infer import parse_bytes, parse_distance_km  # (imports JAX: not at start)
+        from xnp.units import parse_bytes, parse_distance_km
 
         try:
             (parse_distance_km if what == "distance" else parse_bytes)(text)
@@ -328,7 +328,7 @@ def check_output(path: str | os.PathLike, fmt: str, overwrite: bool) -> None:
     An existing output needs ``overwrite``; an existing directory is replaced only
     if it is a zarr store.
     """
-    from xnp.checkpoint import check_replaceable
+    from xnp.files import check_replaceable
 
     target = Path(path).expanduser()
     _check_parent(target)
@@ -381,11 +381,11 @@ def _check_model_out(path: Path) -> None:
     :meth:`xnp.NeuralProcess.save` replaces only an xnp model directory (or an
     empty one); finding that out after hours of training would be too late.
     """
-    from xnp.checkpoint import check_replaceable
-    from xnp.estimator import _is_saved_model
+    from xnp.files import check_replaceable
+    from xnp.saved_model import is_saved_model
 
     _check_parent(path)
-    check_replaceable(path, "config.json", recognise=_is_saved_model)
+    check_replaceable(path, "config.json", recognise=is_saved_model)
 
 
 def write_dataset(
@@ -427,7 +427,7 @@ def write_dataset(
     >>> xr.open_dataset(out).a.values.tolist()
     [1.0, 2.0]
     """
-    from xnp.checkpoint import atomic_directory
+    from xnp.files import atomic_directory
 
     target = Path(path).expanduser()
     fmt = output_format(target, fmt)
@@ -605,7 +605,8 @@ def _time_dim(data: xr.Dataset, variable: str) -> str | None:
 
 
 def _cmd_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
-    from xnp.api import DEFAULT_MAX_POINTS, fit
+    from xnp.api.fit import fit
+    from xnp.api.sizes import DEFAULT_MAX_POINTS
     from xnp.data.tasks import SpatialTasks
 
     if args.max_points is not None and args.tasks != "spatial":
@@ -665,8 +666,8 @@ def _default_chunks(model: Any, template: xr.Dataset) -> dict[str, int]:
 
 
 def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
-    from xnp.prediction import predict
-    from xnp.pretrained import resolve_model
+    from xnp.api.predict import predict
+    from xnp.shipped import resolve_model
 
     model = resolve_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
@@ -719,9 +720,9 @@ def _cmd_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     try:
-        from xnp.evaluate import evaluate
+        from xnp.scoring.evaluation import evaluate
     except ImportError as err:
-        raise ConfigError(f"this xnp has no evaluation module (xnp.evaluate): {err}") from err
+        raise ConfigError(f"this xnp has no evaluation module (xnp.scoring): {err}") from err
     fmt = None
     if args.out:  # checked before the scores are computed and printed
         fmt = output_format(args.out, args.format)
@@ -784,7 +785,7 @@ def _sample_context(frame: xr.Dataset, variable: str, n: int, seed: int) -> xr.D
 
 def _held_out_scores(model: Any, context: xr.Dataset, frame: xr.Dataset, variable: str) -> str:
     """RMSE, spread and 95 % coverage of the prediction at every point of ``frame``."""
-    from xnp.prediction import predict
+    from xnp.api.predict import predict
 
     pred = predict(model, context, frame[[variable]])
     err = (pred[f"{variable}_mean"] - frame[variable]).values
@@ -803,11 +804,11 @@ def _held_out_scores(model: Any, context: xr.Dataset, frame: xr.Dataset, variabl
 
 
 def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
-    from xnp.api import fit
+    from xnp.api.fit import fit
+    from xnp.api.predict import predict
     from xnp.data.tasks import SpatialTasks
     from xnp.datasets import gp_sphere
-    from xnp.prediction import predict
-    from xnp.pretrained import resolve_model
+    from xnp.shipped import resolve_model
 
     start = time.perf_counter()
     out = Path(args.out).expanduser()
@@ -847,7 +848,7 @@ def _cmd_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     # the last time is held out of training (validation period) and used as the context
     frame = data.isel({tdim: -1}) if tdim is not None else data
     if args.pretrained is not None:
-        from xnp.pretrained import pretrained
+        from xnp.shipped import pretrained
 
         model = pretrained(args.pretrained)  # zero-shot: no fitting, works offline
         log.info("using the pretrained %r model zero-shot (no fitting)", args.pretrained)
@@ -1032,7 +1033,7 @@ def _source_option(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_fit(subs: Any) -> None:
-    from xnp.api import DEFAULT_MAX_POINTS
+    from xnp.api.sizes import DEFAULT_MAX_POINTS
     from xnp.models.registry import available_models, name_key
 
     p = subs.add_parser(
@@ -1244,7 +1245,7 @@ def _add_evaluate(subs: Any) -> None:
     p = subs.add_parser(
         "evaluate", help="score a prediction against the truth",
         description="Score the prediction PRED (xnp predict --out) against observed values "
-        "in TRUTH and print a table of the scores (xnp.evaluate.evaluate).",
+        "in TRUTH and print a table of the scores (xnp.evaluate).",
         epilog=EPILOG, formatter_class=_Formatter,
     )  # fmt: skip
     p.add_argument("pred", metavar="PRED", help="prediction: netCDF file or zarr store")

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from xnp.estimator import NeuralProcess
+    from xnp.neural_process import NeuralProcess
 
 __all__ = [
     "MissingDependencyError",
@@ -601,7 +601,7 @@ def plot_history(
     --------
     >>> from xnp.models.config import BSATNPConfig
     >>> from xnp.data.normalise import Normaliser, Stats
-    >>> from xnp.estimator import NeuralProcess
+    >>> from xnp.neural_process import NeuralProcess
     >>> model = NeuralProcess.init(BSATNPConfig.tiny(), Normaliser({"v": Stats(0.0, 1.0)}), ["v"])
     >>> plot_history(model).axes[0].get_xlabel()
     'step'
@@ -614,21 +614,21 @@ def plot_history(
 def plot_calibration(*args: Any, **kwargs: Any) -> Any:
     """PIT histogram and reliability curve of a prediction against the truth.
 
-    The implementation is :func:`xnp.evaluate.plot_calibration`; this is the same
+    The implementation is :func:`xnp.scoring.evaluation.plot_calibration`; this is the same
     function under :mod:`xnp.plot`, so that every plot is found in one place.
 
     Parameters
     ----------
     *args, **kwargs
-        Passed to :func:`xnp.evaluate.plot_calibration`: ``pred, truth`` and
+        Passed to :func:`xnp.scoring.evaluation.plot_calibration`: ``pred, truth`` and
         optionally ``ax``, ``variables``, ``bins``.
 
     Returns
     -------
     (Axes, Axes)
-        What :func:`xnp.evaluate.plot_calibration` returns: the histogram and the
+        What :func:`xnp.scoring.evaluation.plot_calibration` returns: the histogram and the
         reliability axes (``axes[0].figure`` is their figure).
     """
-    from xnp.evaluate import plot_calibration as implementation
+    from xnp.scoring.evaluation import plot_calibration as implementation
 
     return implementation(*args, **kwargs)

@@ -53,8 +53,8 @@ from _report import SHARED_DATA, machine, open_era5, write_section
 import xnp
 from xnp.baselines import Persistence
 from xnp.data import ForecastTasks
-from xnp.models.bsa_tnp import count_params
 from xnp.models.config import BSATNPConfig
+from xnp.nn.layers import count_params
 from xnp.plot import plot_calibration
 from xnp.train import TrainConfig
 

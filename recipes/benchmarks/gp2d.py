@@ -86,8 +86,9 @@ from _report import machine, write_section
 from xnp.arrays import Points
 from xnp.data.batch import Batch
 from xnp.data.gp import GPTasks, gp_oracle, rbf_kernel, sample_gp_batch
-from xnp.models.bsa_tnp import BSATNP, count_params
+from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
+from xnp.nn.layers import count_params
 from xnp.train import TrainConfig, fit_step
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -131,8 +131,9 @@ def peak_rss_mb() -> float:
 def build_model():
     from flax import nnx
 
-    from xnp.models.bsa_tnp import BSATNP, count_params
+    from xnp.models.bsa_tnp import BSATNP
     from xnp.models.config import BSATNPConfig
+    from xnp.nn.layers import count_params
 
     model = BSATNP(BSATNPConfig(spatial_bias="great_circle"), rngs=nnx.Rngs(0))
     return model, count_params(model)

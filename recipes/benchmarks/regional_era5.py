@@ -36,8 +36,8 @@ from _report import SHARED_DATA, machine, open_era5, write_section
 
 import xnp
 from xnp.data import SpatialTasks
-from xnp.models.bsa_tnp import count_params
 from xnp.models.config import BSATNPConfig
+from xnp.nn.layers import count_params
 from xnp.train import TrainConfig
 
 DATA = SHARED_DATA

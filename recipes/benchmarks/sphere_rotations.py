@@ -62,9 +62,10 @@ from _report import machine, write_section
 from xnp.arrays import Points
 from xnp.data.batch import Batch
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.models.bsa_tnp import BSATNP, count_params
+from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll
+from xnp.nn.layers import count_params
 from xnp.train import TrainConfig, fit_step
 
 COMMAND = "python recipes/benchmarks/sphere_rotations.py"

@@ -55,10 +55,10 @@ import xnp
 from xnp.baselines import GaussianProcess, InverseDistanceWeighting, OrdinaryKriging
 from xnp.data import SpatialTasks
 from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.models.bsa_tnp import count_params
 from xnp.models.config import BSATNPConfig
+from xnp.nn.layers import count_params
+from xnp.scoring.cross_validation import BlockKFold, LeaveOneOut, cross_validate
 from xnp.train import TrainConfig
-from xnp.validation import BlockKFold, LeaveOneOut, cross_validate
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = SHARED_DATA

@@ -38,7 +38,8 @@ from xnp.arrays import Points
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll
-from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig, count_params
+from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig
+from xnp.nn.layers import count_params
 from xnp.train import make_optimizer, make_train_step
 
 BOX = 6.0

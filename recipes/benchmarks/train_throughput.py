@@ -45,7 +45,8 @@ import jax, numpy as np
 from flax import nnx
 from xnp.data.batch import Batch
 from xnp.data.gp import GPTasks, sample_gp_batch
-from xnp.models.bsa_tnp import BSATNP, count_params
+from xnp.models.bsa_tnp import BSATNP
+from xnp.nn.layers import count_params
 from xnp.models.config import BSATNPConfig
 from xnp.train import TrainConfig, fit_step
 

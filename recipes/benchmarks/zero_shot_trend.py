@@ -34,7 +34,7 @@ import xarray as xr
 import xnp
 from xnp.baselines import GaussianProcess, OrdinaryKriging
 from xnp.errors import XnpWarning
-from xnp.validation import BlockKFold, LeaveOneOut, cross_validate
+from xnp.scoring.cross_validation import BlockKFold, LeaveOneOut, cross_validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pretrain"))

@@ -132,14 +132,14 @@ from flax import nnx
 from tqdm import tqdm
 
 import xnp
-from xnp.checkpoint import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.data.batch import Batch
 from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
-from xnp.estimator import NeuralProcess
+from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors
 from xnp.models.config import BSATNPConfig
+from xnp.neural_process import NeuralProcess
 from xnp.train import TrainConfig, fit_step
 
 ROOT = Path(__file__).resolve().parents[2]

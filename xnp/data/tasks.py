@@ -9,6 +9,9 @@ Three kinds, as frozen dataclasses (see :class:`~xnp.data.sampler.TaskSampler`):
   frames 6 h apart, targets 6 h ahead); times are relative to the last frame;
 * :class:`WindowTasks`: either of the above, restricted to a random square window
   (size in degrees or km), so that a model learns local structure.
+
+:func:`task_to_dict` and :func:`task_from_dict` carry a specification to and from
+JSON (a saved model records the tasks it was trained on).
 """
 
 from __future__ import annotations
@@ -16,13 +19,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 
 from xnp.errors import ConfigError
 
-__all__ = ["ForecastTasks", "SpatialTasks", "WindowTasks", "in_window"]
+__all__ = [
+    "ForecastTasks",
+    "SpatialTasks",
+    "WindowTasks",
+    "check_count",
+    "in_window",
+    "task_from_dict",
+    "task_to_dict",
+]
 
 _KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 
@@ -44,7 +56,13 @@ def _check_positive(**values: float) -> None:
             raise ConfigError(f"{name} must be a positive number; got {value!r}.")
 
 
-def _check_count(**values: int) -> None:
+def check_count(**values: int) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` unless every value is a positive integer.
+
+    Examples
+    --------
+    >>> check_count(steps=10, neighbours=3)
+    """
     for name, value in values.items():
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
@@ -83,8 +101,8 @@ class SpatialTasks:
         if self.context_count is not None:
             _check_range("context_count", self.context_count, 1, np.inf)
             for count in _pair(self.context_count):
-                _check_count(context_count=count)
-        _check_count(max_context=self.max_context, max_targets=self.max_targets)
+                check_count(context_count=count)
+        check_count(max_context=self.max_context, max_targets=self.max_targets)
 
     def draw_context_size(self, rng: np.random.Generator, n: int) -> int:
         """Draw the number of context points for a task with ``n`` observed points (1 to n-1)."""
@@ -132,7 +150,7 @@ class ForecastTasks:
     max_targets: int = 4096
 
     def __post_init__(self) -> None:
-        _check_count(frames=self.frames)
+        check_count(frames=self.frames)
         _check_positive(step=self.step, lead=self.lead)
         fraction = self.context_fraction
         real = isinstance(fraction, numbers.Real) and not isinstance(fraction, bool)
@@ -141,7 +159,7 @@ class ForecastTasks:
                 "ForecastTasks.context_fraction must be one number in (0, 1], the fraction "
                 f"of each context frame's points kept; got {fraction!r}."
             )
-        _check_count(max_context=self.max_context, max_targets=self.max_targets)
+        check_count(max_context=self.max_context, max_targets=self.max_targets)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -178,7 +196,7 @@ class WindowTasks:
 
     def __post_init__(self) -> None:
         _check_positive(size=self.size)
-        _check_count(min_points=self.min_points)
+        check_count(min_points=self.min_points)
         if not isinstance(self.task, SpatialTasks | ForecastTasks):
             raise ConfigError(f"A window holds SpatialTasks or ForecastTasks; got {self.task!r}.")
         if self.units not in ("deg", "km"):
@@ -206,3 +224,39 @@ def in_window(
     """
     dlon = (np.asarray(lon) - centre[1] + 180.0) % 360.0 - 180.0
     return (np.abs(np.asarray(lat) - centre[0]) <= half[0]) & (np.abs(dlon) <= half[1])
+
+
+_TASKS = {cls.__name__: cls for cls in (SpatialTasks, ForecastTasks, WindowTasks)}
+
+
+def task_to_dict(task: SpatialTasks | ForecastTasks | WindowTasks) -> dict[str, Any]:
+    """A JSON-serialisable description of a task specification.
+
+    Examples
+    --------
+    >>> task_from_dict(task_to_dict(WindowTasks(task=ForecastTasks(frames=2)))).task.frames
+    2
+    """
+    out: dict[str, Any] = {"kind": type(task).__name__}
+    for field in dataclasses.fields(task):
+        value = getattr(task, field.name)
+        if isinstance(value, SpatialTasks | ForecastTasks):
+            value = task_to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    return out
+
+
+def task_from_dict(blob: Mapping[str, Any]) -> SpatialTasks | ForecastTasks | WindowTasks:
+    """Inverse of :func:`task_to_dict`."""
+    fields = dict(blob)
+    cls = _TASKS.get(fields.pop("kind", None))
+    if cls is None:
+        raise ConfigError(f"Unknown task kind {blob.get('kind')!r}; known: {sorted(_TASKS)}.")
+    for key, value in fields.items():
+        if isinstance(value, Mapping):
+            fields[key] = task_from_dict(value)
+        elif isinstance(value, list):
+            fields[key] = tuple(value)
+    return cls(**fields)

@@ -37,7 +37,7 @@ from xnp.geo.distance import latlon_to_xyz
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
 from xnp.nn.bias import SpaceTimeBias
-from xnp.nn.layers import MLP, MultiHeadAttention
+from xnp.nn.layers import MLP, MultiHeadAttention, count_params
 
 __all__ = ["BSATNP", "ContextState", "KRBlock"]
 
@@ -207,11 +207,6 @@ class BSATNP(nnx.Module):
         """Mean Gaussian NLL of ``y`` ``[B, Nt, Dy]`` over the valid targets."""
         mean, std = self(context, targets)
         return gaussian_nll(mean, std, y, targets.mask)
-
-
-def count_params(model: nnx.Module) -> int:
-    """Number of scalar parameters of ``model``."""
-    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 def describe(model: BSATNP) -> dict[str, Any]:

@@ -10,6 +10,7 @@ instantiates the module a configuration describes, and :func:`config_to_dict` /
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +23,14 @@ from xnp.models.swin_config import SwinTNPConfig
 from xnp.models.swin_tnp import SwinTNP
 
 __all__ = [
+    "abstract_model",
     "available_models",
     "build_model",
     "config_from_dict",
     "config_to_dict",
+    "graphdef_of",
     "model_config",
+    "params_template",
     "register_model",
 ]
 
@@ -51,7 +55,7 @@ def name_key(name: str) -> str:
 
 
 def available_models() -> tuple[str, ...]:
-    """Names accepted by ``model=`` in :func:`xnp.api.fit`.
+    """Names accepted by ``model=`` in :func:`xnp.fit`.
 
     Examples
     --------
@@ -171,3 +175,37 @@ def config_from_dict(blob: dict[str, Any]) -> ModelConfig:
     if kind not in _KINDS:
         raise ConfigError(f"Unknown model kind {kind!r}; this xnp knows {sorted(_KINDS)}.")
     return _KINDS[kind][0].from_dict(blob.get("config", {}))
+
+
+def abstract_model(config: ModelConfig) -> nnx.Module:
+    """The module of ``config`` with shapes and dtypes only (nothing allocated)."""
+    return nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
+
+
+def params_template(config: ModelConfig) -> nnx.State:
+    """Shapes and dtypes of the parameters of ``config``'s model (nothing allocated).
+
+    Examples
+    --------
+    >>> from xnp.nn.layers import count_params
+    >>> count_params(params_template(BSATNPConfig()))
+    475770
+    """
+    return nnx.split(abstract_model(config))[1]
+
+
+def graphdef_of(config: ModelConfig) -> nnx.GraphDef:
+    """The model structure of ``config``, built once per (hashable) configuration.
+
+    Tracing the model's constructor takes about half a second, and zero-shot
+    prediction makes a new model object (own normaliser) per context set.
+    """
+    try:
+        return _cached_graphdef(config)
+    except TypeError:  # an unhashable config: build it each time
+        return nnx.split(abstract_model(config))[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_graphdef(config: ModelConfig) -> nnx.GraphDef:
+    return nnx.split(abstract_model(config))[0]

@@ -80,7 +80,7 @@ from xnp.nn.windows import (
     window_partition,
 )
 
-__all__ = ["GridState", "SwinTNP", "SwinTNPConfig", "count_params"]
+__all__ = ["GridState", "SwinTNP", "SwinTNPConfig"]
 
 
 @jax.tree_util.register_dataclass
@@ -407,15 +407,3 @@ class SwinTNP(nnx.Module):
         """Mean Gaussian NLL of ``y`` ``[B, Nt, Dy]`` over the valid targets."""
         mean, std = self(context, targets)
         return gaussian_nll(mean, std, y, targets.mask)
-
-
-def count_params(model: nnx.Module) -> int:
-    """Number of scalar parameters of ``model``.
-
-    Examples
-    --------
-    >>> model = nnx.eval_shape(lambda: SwinTNP(SwinTNPConfig.tiny(), rngs=nnx.Rngs(0)))
-    >>> count_params(model)
-    14656
-    """
-    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

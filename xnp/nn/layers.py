@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -12,11 +13,26 @@ from flax import nnx
 
 from xnp.nn.attention import biased_scan_attention, dense_attention
 
-__all__ = ["MLP", "MultiHeadAttention", "dense"]
+__all__ = ["MLP", "MultiHeadAttention", "count_params", "dense"]
 
 AttentionKind = Literal["bsa", "dense"]
 
 _KERNEL_INIT = nnx.initializers.orthogonal()
+
+
+def count_params(tree: nnx.Module | Any) -> int:
+    """Number of scalar parameters of a module (its ``nnx.Param`` variables) or of a state.
+
+    Works on abstract modules (:func:`flax.nnx.eval_shape`) too: nothing is allocated.
+
+    Examples
+    --------
+    >>> count_params(MLP([3, 16, 2], rngs=nnx.Rngs(0)))
+    98
+    """
+    if isinstance(tree, nnx.Module):
+        tree = nnx.state(tree, nnx.Param)
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
 
 
 def dense(d_in: int, d_out: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32) -> nnx.Linear:

@@ -35,7 +35,7 @@ inputs give a lazy result.
 
 The function :func:`evaluate` is also ``xnp.evaluate``, so the package attribute
 ``xnp.evaluate`` is the function, not this module; import the other names from
-the module, e.g. ``from xnp.evaluate import pit, plot_calibration``.
+the module, e.g. ``from xnp.scoring.evaluation import pit, plot_calibration``.
 """
 
 from __future__ import annotations

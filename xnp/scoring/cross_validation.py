@@ -5,7 +5,7 @@ methods that copy their neighbours and overstates skill far from stations.
 :class:`BlockKFold` holds out whole latitude/longitude blocks instead; it yields
 ``(train_index, test_index)`` pairs of positions along the station dimension.
 :func:`cross_validate` runs any predict-style callable on each fold and scores it
-with :func:`xnp.evaluate.evaluate`; :func:`cross_val_predict` returns the
+with :func:`xnp.evaluate`; :func:`cross_val_predict` returns the
 out-of-fold predictions themselves.
 
 Data layout: a Dataset (or DataArray) with one point dimension (``station``,
@@ -25,7 +25,7 @@ import xarray as xr
 
 from xnp.data.coords import find_coords, latlon, resolve_variables
 from xnp.errors import ConfigError, DimensionError, EmptyDataError
-from xnp.evaluate import evaluate
+from xnp.scoring.evaluation import evaluate
 
 __all__ = ["BlockKFold", "LeaveOneOut", "cross_val_predict", "cross_validate"]
 
@@ -352,12 +352,12 @@ def cross_validate(
         Anything with ``split(data)`` yielding ``(train_index, test_index)``.
     dim : str or list of str, optional
         Dimensions each score is averaged over (default all); see
-        :func:`xnp.evaluate.evaluate`.
+        :func:`xnp.evaluate`.
 
     Returns
     -------
     Dataset
-        The metrics of :func:`~xnp.evaluate.evaluate` along a ``fold`` dimension
+        The metrics of :func:`~xnp.evaluate` along a ``fold`` dimension
         whose labels are ``"0"``, ``"1"``, ... for the folds and ``"pooled"`` for all
         out-of-fold predictions scored together (not the mean of the folds).  When
         the point dimension is kept (``dim="time"``: scores per station), a fold's

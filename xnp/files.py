@@ -1,16 +1,18 @@
-"""Safe, atomic model directories: JSON metadata plus safetensors weights.
+"""Safe, atomic files: JSON metadata, safetensors arrays, whole directories.
 
-Nothing here uses pickle: a directory holds JSON files and ``.safetensors`` files
-(raw little-endian arrays with a JSON header), so loading can never execute code.
+Nothing here uses pickle: a model directory holds JSON files and ``.safetensors``
+files (raw little-endian arrays with a JSON header), so loading can never execute
+code.
 
 Writes are atomic.  A directory is first written in full next to its target
 (``.name.tmp-XXXX``), every file and the directory fsync'ed, and then swapped in
 with one ``renameat2(RENAME_EXCHANGE)`` call where Linux offers it (or two renames
-elsewhere), so an interrupted save leaves the previous version intact.
+elsewhere), so an interrupted save leaves the previous version intact; a single
+file (:func:`atomic_file`) is written beside its target and renamed into place.
 
-Training checkpoints (:class:`CheckpointDir`) are a folder of ``step-XXXXXXXX``
-directories and a ``LATEST`` pointer file replaced atomically after each one is
-complete; older steps are pruned afterwards.
+This module sits at the bottom of the package: it imports only :mod:`xnp.errors`.
+Saved models (:mod:`xnp.saved_model`), training checkpoints
+(:mod:`xnp.train.checkpoints`) and the command line's outputs are built on it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import ctypes
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -34,17 +35,20 @@ import safetensors.numpy
 from xnp.errors import CheckpointError
 
 __all__ = [
-    "CheckpointDir",
     "arrays_to_tree",
     "atomic_directory",
+    "atomic_file",
+    "check_replaceable",
+    "expand",
+    "fsync_dir",
+    "os_errors_as",
     "read_arrays",
     "read_json",
     "tree_to_arrays",
     "write_arrays",
+    "write_bytes",
     "write_json",
 ]
-
-_STEP = re.compile(r"^step-(\d{8})$")
 
 
 def _key_name(key: Any) -> str | None:
@@ -130,19 +134,27 @@ def tree_to_arrays_names(tree: Any, *, by_path: bool = True) -> list[str]:
     return [".".join(n for n in map(_key_name, p) if n is not None) for p, _ in leaves]
 
 
-def _expand(path: str | os.PathLike) -> Path:
-    """``path`` as a :class:`~pathlib.Path`, with a leading ``~`` or ``~user`` expanded."""
+def expand(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, with a leading ``~`` or ``~user`` expanded.
+
+    Examples
+    --------
+    >>> expand("~/model") == Path.home() / "model"
+    True
+    """
     return Path(path).expanduser()
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` and fsync it (not atomic: see :func:`atomic_file`)."""
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Flush a directory's entries to disk (where the platform can open a directory)."""
     with contextlib.suppress(OSError):  # not every platform can open a directory
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -154,13 +166,13 @@ def _fsync_dir(path: Path) -> None:
 def write_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     """Write arrays to a safetensors file (fsync'ed); return its SHA-256."""
     data = safetensors.numpy.save({k: np.asarray(v, order="C") for k, v in arrays.items()})
-    _write_file(path, data)
+    write_bytes(path, data)
     return hashlib.sha256(data).hexdigest()
 
 
 def read_arrays(path: Path, sha256: str | None = None) -> dict[str, np.ndarray]:
     """Read a safetensors file, checking its SHA-256 when given."""
-    path = _expand(path)
+    path = expand(path)
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -177,12 +189,12 @@ def read_arrays(path: Path, sha256: str | None = None) -> dict[str, np.ndarray]:
 
 def write_json(path: Path, blob: Mapping[str, Any]) -> None:
     """Write JSON (strict: no NaN) to ``path`` and fsync it."""
-    _write_file(path, (json.dumps(blob, indent=2, allow_nan=False) + "\n").encode())
+    write_bytes(path, (json.dumps(blob, indent=2, allow_nan=False) + "\n").encode())
 
 
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object, raising :class:`~xnp.errors.CheckpointError` on any problem."""
-    path = _expand(path)
+    path = expand(path)
     try:
         blob = json.loads(path.read_text())
     except FileNotFoundError as err:
@@ -237,7 +249,7 @@ def check_replaceable(
     ``recognise(path)``, when given, must also say the directory is one of ours
     (e.g. that its ``config.json`` is an xnp model's, not any project's).
     """
-    target = _expand(path)
+    target = expand(path)
     markers = (marker,) if isinstance(marker, str) else tuple(marker)
     if not target.exists():
         return
@@ -281,15 +293,15 @@ def atomic_directory(
     >>> sorted(p.name for p in (root / "model").iterdir())
     ['config.json']
     """
-    target = _expand(path)
+    target = expand(path)
     check_replaceable(target, marker, recognise)
-    with _writing(target):
+    with os_errors_as(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = _make_temp_dir(target.parent, prefix=f".{target.name}.tmp-")
     try:
         yield tmp
-        with _writing(target):
-            _fsync_dir(tmp)
+        with os_errors_as(target):
+            fsync_dir(tmp)
             if not target.exists():
                 os.rename(tmp, target)
             elif _exchange(tmp, target):
@@ -299,14 +311,18 @@ def atomic_directory(
                 os.rename(target, old)
                 os.rename(tmp, target)
                 shutil.rmtree(old, ignore_errors=True)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def _writing(target: Path) -> Iterator[None]:
-    """Turn an :class:`OSError` of xnp's own file operations into a :class:`CheckpointError`."""
+def os_errors_as(target: Path) -> Iterator[None]:
+    """Turn an :class:`OSError` of xnp's own file operations into a :class:`CheckpointError`.
+
+    The message names ``target`` and how to fix the usual causes (a read-only or
+    full disk, a file in the way of a folder).
+    """
     try:
         yield
     except CheckpointError:
@@ -319,109 +335,25 @@ def _writing(target: Path) -> Iterator[None]:
         ) from err
 
 
-def _nearest_existing(path: Path) -> Path:
-    """``path`` or its closest ancestor that exists."""
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return path
+@contextlib.contextmanager
+def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``target``, renamed to it when the block ends without error.
 
-
-class CheckpointDir:
-    """A folder of training checkpoints, ``step-XXXXXXXX`` plus a ``LATEST`` pointer.
-
-    Parameters
-    ----------
-    path : path-like
-        The folder (created on first write; a leading ``~`` is expanded).
-    keep : int
-        How many of the most recent checkpoints to keep.
+    An interrupted write never leaves a truncated file under the requested name.
 
     Examples
     --------
-    >>> import tempfile
-    >>> ckpt = CheckpointDir(tempfile.mkdtemp(), keep=1)
-    >>> for step in (10, 20):
-    ...     with ckpt.write(step) as tmp:
-    ...         _ = (tmp / "config.json").write_text("{}")
-    >>> ckpt.latest().name, [p.name for p in ckpt.steps()]
-    ('step-00000020', ['step-00000020'])
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> with atomic_file(out) as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> out.read_text()
+    'done'
     """
-
-    def __init__(self, path: str | os.PathLike, keep: int = 2, *, writable: bool = True):
-        self.path = _expand(path)
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise CheckpointError(f"keep must be a positive integer; got {keep!r}.")
-        self.keep = keep
-        self._written: list[str] = []
-        if writable:
-            self._check_writable()
-
-    def _check_writable(self) -> None:
-        """Refuse, before any training, a folder that checkpoints cannot be written to."""
-        where = self.path
-        if where.exists() and not where.is_dir():
-            raise CheckpointError(
-                f"The checkpoint folder {where} exists and is not a directory; choose another "
-                "checkpoint_dir."
-            )
-        if (where / "config.json").is_file():
-            raise CheckpointError(
-                f"{where} holds a saved model (config.json), not training checkpoints; choose "
-                "another checkpoint_dir (a new or empty folder, or that of the run to resume)."
-            )
-        base = _nearest_existing(where)
-        if not base.is_dir():
-            raise CheckpointError(
-                f"Cannot create the checkpoint folder {where}: {base} is a file, not a "
-                "directory. Choose another checkpoint_dir."
-            )
-        if not os.access(base, os.W_OK | os.X_OK):
-            raise CheckpointError(
-                f"Cannot write checkpoints to {where}: {base} is not writable. Choose another "
-                "checkpoint_dir."
-            )
-
-    def steps(self) -> list[Path]:
-        """Complete checkpoint directories, oldest first."""
-        if not self.path.is_dir():
-            return []
-        found = [p for p in self.path.iterdir() if _STEP.match(p.name) and p.is_dir()]
-        return sorted((p for p in found if (p / "config.json").is_file()), key=lambda p: p.name)
-
-    def latest(self) -> Path | None:
-        """The most recent complete checkpoint (from ``LATEST``, else the highest step)."""
-        pointer = self.path / "LATEST"
-        with contextlib.suppress(OSError, ValueError):
-            candidate = self.path / pointer.read_text().strip()
-            inside = candidate == self.path / candidate.name  # no path out of the folder
-            if inside and _STEP.match(candidate.name) and (candidate / "config.json").is_file():
-                return candidate
-        steps = self.steps()
-        return steps[-1] if steps else None
-
-    @contextlib.contextmanager
-    def write(self, step: int) -> Iterator[Path]:
-        """Write checkpoint ``step`` atomically, point ``LATEST`` at it, prune old ones.
-
-        Only the last ``keep`` checkpoints written through this object survive, so
-        steps left over from an earlier run in the same folder are removed too.
-        """
-        with _writing(self.path):
-            self.path.mkdir(parents=True, exist_ok=True)
-        name = f"step-{step:08d}"
-        with atomic_directory(self.path / name) as tmp:
-            yield tmp
-        pointer = self.path / ".LATEST.tmp"
-        with _writing(self.path / "LATEST"):
-            _write_file(pointer, name.encode())
-            os.replace(pointer, self.path / "LATEST")
-            _fsync_dir(self.path)
-        self._written = [n for n in self._written if n != name] + [name]
-        survivors = set(self._written[-self.keep :])
-        for old in self.path.iterdir():
-            stale_tmp = old.name.startswith(".step-") and ".tmp-" in old.name
-            # a step folder without config.json was never a checkpoint (they are written
-            # whole): someone else's, left alone
-            ours = _STEP.match(old.name) and (old / "config.json").is_file()
-            if stale_tmp or (ours and old.name not in survivors):
-                shutil.rmtree(old, ignore_errors=True)
+    target = expand(target)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 from xnp.errors import ConfigError
-from xnp.estimator import NeuralProcess, load
 from xnp.models.registry import name_key
+from xnp.neural_process import NeuralProcess, load
 
 __all__ = ["available_pretrained", "pretrained", "resolve_model"]
 

@@ -1,0 +1,364 @@
+"""xarray in, model out: :func:`fit` trains a neural process on a dataset.
+
+This layer resolves names (variables, covariates, coordinates, the model), picks
+task defaults from the data, builds the seeded task samplers, fixes the padded
+batch shape, and runs :func:`xnp.train.loop.train`, with checkpoints and
+resumption.  The accessor (``ds.np.fit``) is a thin wrapper around :func:`fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+from flax import nnx
+
+from xnp.api.inputs import (
+    MAIN_SOURCE,
+    check_covariates,
+    context_sources_of,
+    fingerprint,
+    hold_out_times,
+    is_real,
+    warn_shared_times,
+)
+from xnp.api.sizes import (
+    default_tasks,
+    fixed_batch,
+    inner_task,
+    point_bounds,
+    swin_grid_for,
+    with_caps,
+)
+from xnp.arrays import padded_size
+from xnp.data.coords import (
+    _is_datetime,
+    find_coords,
+    latlon,
+    resolve_variables,
+)
+from xnp.data.covariates import covariate_channels
+from xnp.data.sampler import TaskSampler
+from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, task_to_dict
+from xnp.errors import (
+    CheckpointError,
+    ConfigError,
+    EmptyDataError,
+    XnpWarning,
+)
+from xnp.history import history_dataset
+from xnp.models.registry import build_model, config_to_dict, model_config, params_template
+from xnp.models.swin_config import SwinTNPConfig
+from xnp.neural_process import NeuralProcess
+from xnp.train.checkpoints import CheckpointDir, read_state, write_state
+from xnp.train.loop import train
+from xnp.train.settings import TrainConfig
+from xnp.train.state import TrainState
+
+__all__ = ["fit"]
+
+log = logging.getLogger("xnp.api")
+
+Tasks = SpatialTasks | ForecastTasks | WindowTasks
+
+
+#: TrainConfig fields that do not change the result (free to differ when resuming).
+_NOT_RUN = ("checkpoint_every", "keep_checkpoints", "prefetch")
+
+
+def fit(
+    data: xr.Dataset | xr.DataArray,
+    variable: str | Sequence[str] | None = None,
+    *,
+    model: str | Any = "bsa-tnp",
+    covariates: Sequence[str] = (),
+    tasks: Tasks | None = None,
+    steps: int = 2_000,
+    batch_size: int = 8,
+    learning_rate: float = 5e-4,
+    validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
+    seed: int = 0,
+    checkpoint_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    config: TrainConfig | None = None,
+    context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
+) -> NeuralProcess:
+    """Train a neural process on ``data`` to predict ``variable``.
+
+    Parameters
+    ----------
+    data : Dataset or DataArray
+        The training data (gridded or stations, with or without time); never
+        loaded as a whole or modified.
+    variable : str or list of str
+        Variable(s) to learn (default for a DataArray: its name).
+    model : str or BSATNPConfig
+        A registered model name (:func:`xnp.models.registry.available_models`:
+        ``"bsa-tnp"`` is the paper's size, ``"bsa-tnp-tiny"`` a small one) or a
+        configuration.  Its ``dim_x``, ``dim_y`` and ``temporal_bias`` are set from
+        the data and tasks.
+    covariates : list of str
+        Fixed effects: ``"elevation"``, ``"hour_of_day"``, ``"solar_time"``,
+        ``"day_of_year"`` or names of variables/coordinates of ``data``.
+    tasks : SpatialTasks, ForecastTasks or WindowTasks, optional
+        What to learn; default :func:`default_tasks`.
+    steps : int
+        Number of optimisation steps.
+    batch_size : int
+        Tasks per step (split over the devices).
+    learning_rate : float
+        Peak learning rate of the warm-up + cosine schedule (AdamW).
+    validation : float, times, Dataset or None
+        Fraction of the time axis held out at its end for validation (data with
+        time); times of ``data`` to hold out (anything ``data.sel(time=...)``
+        takes: ``slice("2019-03-17", "2019-03-18")``, ``"2019-03"``, a list of
+        times), which are then left out of training; a separate dataset to validate
+        on (used as it is: to hold out times of ``data``, drop them from ``data``
+        too; a warning says when they are shared); or None for no validation.  With
+        validation, the returned model has the parameters of the best validation NLL.
+    seed : int
+        Seed of the parameter initialisation and of the task stream: the same
+        data, arguments and seed give bit-identical parameters on one machine.
+    checkpoint_dir : path, optional
+        Folder for periodic checkpoints (each a loadable model directory).
+    resume : bool
+        Continue from the latest checkpoint in ``checkpoint_dir`` (same arguments
+        required); the result equals that of an uninterrupted run.
+    progress : bool
+        Show a progress bar with the loss and steps per second.
+    config : TrainConfig, optional
+        Rarely changed knobs (schedule, clipping, intervals, padded sizes, devices).
+    context_sources : dict of name to Dataset, optional
+        Other observations of the same variable(s) (e.g. ``{"stations": st}`` next
+        to a gridded ``data``) that add context to every task, from the same times
+        (and window); targets always come from ``data``.  Each point carries its
+        source's id (one-hot channels of the fixed effects), so the model can
+        weigh the sources differently; predict with the same names
+        (``predict(..., context_sources={"stations": ...})``).
+
+    Returns
+    -------
+    NeuralProcess
+        The trained model, with its training history in ``history_``.
+
+    Examples
+    --------
+    >>> import xnp
+    >>> ds = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=12)
+    >>> model = fit(
+    ...     ds,
+    ...     "field",
+    ...     model="bsa-tnp-tiny",
+    ...     steps=4,
+    ...     batch_size=2,
+    ...     progress=False,
+    ...     config=TrainConfig(log_every=2, validate_every=2, validation_batches=1),
+    ... )
+    >>> model.history_.sizes["step"], model.variables
+    (2, ('field',))
+    """
+    t0 = time.perf_counter()
+    config = config or TrainConfig()
+    if isinstance(data, xr.DataArray):
+        if data.name is None and variable is None:
+            raise ConfigError("This DataArray has no name; give it one with .rename('name').")
+        name = str(data.name if data.name is not None else variable)
+        data = data.to_dataset(name=name)
+        variable = variable or name
+    if variable is None:
+        raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
+    for name, count in (("steps", steps), ("batch_size", batch_size)):
+        if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
+    if not is_real(learning_rate) or not 0 < learning_rate < math.inf:
+        raise ConfigError(
+            f"learning_rate must be a positive finite number; got {learning_rate!r}."
+        )
+    if config is not None and not isinstance(config, TrainConfig):
+        raise ConfigError(f"config must be an xnp.TrainConfig or None; got {config!r}.")
+    if covariates is None:
+        covariates = ()
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
+        raise ConfigError(
+            f"tasks must be a task specification (xnp.data.SpatialTasks(), ForecastTasks(), "
+            f"WindowTasks(...)) or None for the default; got {tasks!r}."
+        )
+    if isinstance(covariates, str):
+        covariates = [covariates]  # one name, not its letters
+    if resume and checkpoint_dir is None:
+        raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
+    if not isinstance(variable, str) and (
+        not variable or len(set(map(str, variable))) != len(variable)
+    ):
+        raise ConfigError(f"variable must name one or more distinct variables; got {variable!r}.")
+    variables = resolve_variables(data, variable)
+    covariates = list(covariates)
+    check_covariates(data, covariates)
+    extra = context_sources_of(context_sources, variables, covariates)
+    sources = [MAIN_SOURCE, *extra] if extra else []
+    layout = find_coords(data, variables[0])
+
+    val_data: xr.Dataset | None = None
+    fraction = 0.0
+    if isinstance(validation, xr.DataArray) and not _is_datetime(validation.values):
+        validation = validation.to_dataset(name=variables[0])  # data, not times
+    if isinstance(validation, xr.Dataset):
+        val_data = validation
+        warn_shared_times(data, val_data, layout)
+    elif validation is not None and not is_real(validation):  # times to hold out
+        data, val_data = hold_out_times(data, validation, layout)
+    elif validation is not None:
+        if not 0.0 < float(validation) < 1.0:
+            raise ConfigError(
+                f"validation must be a fraction in (0, 1), times of the data to hold out, a "
+                f"Dataset or None; got {validation!r}."
+            )
+        if layout.time_dim is None:
+            warnings.warn(
+                "The data has no time axis, so no period can be held out for validation; "
+                "training without validation. Pass validation=<Dataset> to validate on other "
+                "data, or validation=None to silence this warning.",
+                XnpWarning,
+                stacklevel=2,
+            )
+        else:
+            fraction = float(validation)
+    task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
+    bound_c, bound_t = point_bounds(data, variables[0], task, extra)
+    nc = config.context_size or padded_size(bound_c, minimum=16, tile=16)
+    nt = config.target_size or padded_size(bound_t, minimum=16, tile=16)
+    task = with_caps(task, nc, nt)
+
+    sampler = TaskSampler(
+        {MAIN_SOURCE: data, **extra}, variables, task, covariates=covariates,
+        target_source=MAIN_SOURCE, batch_size=batch_size, seed=seed, split="train",
+        validation_fraction=fraction,
+    )  # fmt: skip
+    n_sources = len(sources)
+    val_batches = None
+    if fraction or val_data is not None:
+        try:
+            val_sampler = TaskSampler(
+                {MAIN_SOURCE: data if val_data is None else val_data, **extra}, variables,
+                task, covariates=covariates, target_source=MAIN_SOURCE,
+                batch_size=batch_size, seed=seed + 1,
+                split="train" if val_data is not None else "validation",
+                validation_fraction=fraction, normaliser=sampler.normaliser,
+            )  # fmt: skip
+            val_batches = [
+                fixed_batch(val_sampler.batch(k), nc, nt, n_sources)
+                for k in range(config.validation_batches)
+            ]
+        except EmptyDataError as err:
+            raise EmptyDataError(
+                f"The validation data hold no complete task of {type(inner_task(task)).__name__}: "
+                f"{err}  Hold out a longer period or more points, or change validation=."
+            ) from err
+
+    temporal = isinstance(inner_task(task), ForecastTasks)
+    dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)
+    cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
+    if isinstance(model, str) and isinstance(cfg, SwinTNPConfig):
+        cfg = swin_grid_for(cfg, *latlon(data, layout))
+    graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
+    run = {
+        "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
+        "task": task_to_dict(task), "steps": int(steps), "batch_size": int(batch_size),
+        "learning_rate": float(learning_rate), "seed": int(seed),
+        "validation": fraction if val_data is None else (
+            "dataset" if isinstance(validation, xr.Dataset) else "times"),
+        "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
+        "context_size": nc, "target_size": nt, "sources": sources,
+    }  # fmt: skip
+    run["data"] = fingerprint(data, layout, variables, sampler.normaliser)
+    if val_data is not None:
+        layout_v = find_coords(val_data, variables[0])
+        run["validation_data"] = fingerprint(val_data, layout_v, variables)
+    for name, src in extra.items():  # the extra context sources are data of the fit too
+        held = [v for v in variables if v in src.data_vars]
+        run[f"source_data/{name}"] = fingerprint(src, find_coords(src, held[0]), held)
+    run = json.loads(json.dumps(run))  # the form it takes in config.json
+    state = TrainState(step=0, params=params, opt_state=config.init_optimizer(params))
+    checkpoints = None
+    if checkpoint_dir is not None:
+        checkpoints = CheckpointDir(checkpoint_dir, keep=config.keep_checkpoints)
+        latest = checkpoints.latest()
+        if latest is not None and not resume:
+            raise CheckpointError(
+                f"{checkpoint_dir} already holds the checkpoints of a fit (latest: "
+                f"{latest.name}); pass resume=True to continue it, or another checkpoint_dir "
+                "(or delete this one) to start a new fit. Nothing was overwritten."
+            )
+        if latest is not None:
+            state = read_state(latest, params_template(cfg), config.init_optimizer, run)
+            log.info("resuming from %s (step %d)", latest, state.step)
+        elif resume:
+            log.info("no checkpoint in %s; starting from step 0", checkpoint_dir)
+
+    units = [sampler.normaliser.stats[v].units for v in variables]
+    coords = {k: v for k, v in dataclasses.asdict(layout).items() if k not in ("crs",)}
+    coords = json.loads(json.dumps(coords))
+
+    def make_model(s: TrainState, final: bool) -> NeuralProcess:
+        use_best = final and s.best_params is not None
+        return NeuralProcess(
+            cfg,
+            s.best_params if use_best else s.params,
+            normaliser=sampler.normaliser,
+            variables=variables,
+            covariates=covariates,
+            sources=sources,
+            coords=coords,
+            task=task,
+            history=history_dataset(s.history, variables, units),
+            training=run | {"step": s.step, "best_step": s.best_step if use_best else None},
+        )
+
+    def save_checkpoint(s: TrainState) -> None:
+        assert checkpoints is not None
+        with checkpoints.write(s.step) as tmp:
+            record = write_state(tmp, s, run)
+            make_model(s, final=False).write_files(tmp, extra={"checkpoint": record})
+
+    log.info(
+        "fitting %s (%d parameters) on %s: %r, padded to %d context / %d target points",
+        run["model"]["kind"], sum(int(np.size(a)) for a in jax.tree.leaves(params)),
+        ", ".join(variables), task, nc, nt,
+    )  # fmt: skip
+    scale = [sampler.normaliser.stats[v].std for v in variables]
+    state = train(
+        graphdef, state, lambda k: fixed_batch(sampler.batch(k), nc, nt, n_sources), steps=steps,
+        learning_rate=learning_rate, config=config, batch_size=batch_size,
+        validation=val_batches, value_scale=scale, progress=progress,
+        on_checkpoint=save_checkpoint if checkpoints is not None else None,
+    )  # fmt: skip
+    result = make_model(state, final=True)
+    result.training["seconds"] = round(time.perf_counter() - t0, 3)
+    if state.interrupted:
+        result.training["interrupted"] = True
+        kept = f"the parameters of step {state.step}"
+        if state.best_params is not None:
+            kept = f"the best validated parameters (step {state.best_step})"
+        again = ""
+        if checkpoints is not None:
+            again = " fit(..., resume=True) with the same checkpoint_dir continues the run."
+        warnings.warn(
+            f"fit interrupted after {state.step} of {steps} steps; returning the model with "
+            f"{kept}.{again}",
+            XnpWarning,
+            stacklevel=2,
+        )
+    return result

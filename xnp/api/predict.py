@@ -1,0 +1,138 @@
+"""``xnp.predict``: labelled predictive mean and std, eager or lazy over dask chunks.
+
+The observations in ``data`` are the context; ``targets`` holds the coordinates to
+predict at (a grid, stations, a curvilinear or projected grid, or a dict of
+coordinates); without ``targets`` every point of ``data`` is predicted (gap
+filling).  For each requested time the context is normalised and conditioned
+once (:class:`xnp.infer.Predictor`); the targets are then predicted
+
+* eagerly, in fixed-size chunks, when the target template is in memory, or
+* lazily, one dask block at a time, when the template is dask-chunked (or
+  ``chunks`` is given): the model, the conditioned state and the target
+  coordinates enter the dask graph once, as one task every block depends on, so
+  the default threaded scheduler and ``dask.distributed`` both ship them to each
+  worker once.  ``.compute()`` or ``.to_zarr()`` then runs the blocks in parallel.
+
+With ``context_radius`` every chunk (or block) conditions only on the context
+within that great-circle distance (:meth:`xnp.infer.Predictor.predict`).
+
+A multi-source model (fitted with ``context_sources``) takes further context from
+``context_sources`` (e.g. stations next to a grid): the frames of each at the
+context's times, each point tagged with its source, as in training.
+
+A model trained on forecast tasks forecasts instead: for each initialisation
+time (``time``) its context is the model's frames ending at that time (times
+relative to it, as in training), and the targets are predicted ``lead_time``
+hours ahead; the result is labelled with ``init_time``, ``lead_time`` and
+``valid_time`` (the CF/climpred convention for forecasts).
+
+This module resolves the model (an object, a saved model's directory or a
+shipped model's name) and hands the work to :mod:`xnp.prediction`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import xarray as xr
+
+from xnp.prediction import predict_with
+from xnp.shipped import resolve_model
+
+__all__ = ["predict"]
+
+
+def predict(
+    model: Any,
+    data: xr.Dataset | xr.DataArray,
+    targets: xr.Dataset | xr.DataArray | Mapping[str, Any] | None = None,
+    *,
+    time: Any = None,
+    lead_time: Any = None,
+    context_radius: str | float | None = None,
+    chunks: Mapping[str, int] | int | None = None,
+    memory_budget: str | int = "1GiB",
+    progress: bool = False,
+    context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
+    trend: str | None = None,
+) -> xr.Dataset:
+    """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
+
+    Parameters
+    ----------
+    model : NeuralProcess, path or str
+        A fitted (or loaded) model, a saved model's directory, or the name of a
+        pretrained model (:func:`xnp.available_pretrained`).  A zero-shot model
+        standardises each context set by its own statistics and, if it records a
+        working size (``training["context_rms_km"]``, as ``gp-sphere`` does), sees
+        each context's distances rescaled to it
+        (:meth:`~xnp.NeuralProcess.with_distance_scale`).
+    data : Dataset or DataArray
+        Observations used as context (missing values are skipped); never modified.
+        An unnamed DataArray is taken as the model's (single) variable.
+    targets : Dataset, DataArray or dict of coordinates, optional
+        Where to predict.  Default: every point of ``data`` (gap filling).
+        A dask-chunked template gives a lazy result.  A dict of 1-D coordinates
+        is a grid (scalars: a grid of one point).  A scalar time coordinate of the
+        template is ignored (predictions carry the context's time); a time
+        dimension selects the times to predict.  Its data variables are ignored,
+        except the model's covariates (e.g. a land fraction on the target grid),
+        which are read at the targets.
+    time : optional
+        Time(s) to predict, selected from ``data`` with ``.sel``; default all.
+        For a forecast model these are the initialisation times: the context is
+        the model's frames up to and including each of them.
+    lead_time : optional
+        Forecast models only: hours after ``time`` to predict (a number of
+        hours, a timedelta, a string such as ``"6h"``, or a list of them).
+        Default: the lead the model was trained for.
+    context_radius : str or float, optional
+        E.g. ``"500km"``: each chunk conditions only on context within that
+        great-circle distance.
+    chunks : dict or int, optional
+        Dask chunks of the target dims, e.g. ``{"lat": 64}`` (an int: every
+        dim); makes the result lazy even for an in-memory template.
+    memory_budget : str or int
+        Memory a chunk of targets may use (sets the chunk size).
+    progress : bool
+        Progress bar over chunks (eager path).
+    context_sources : dict of name to Dataset, optional
+        Multi-source models: further observations under the names the model was
+        fitted with (see :func:`xnp.fit`); their frames at the context's
+        times join the context.  Sources left out simply add nothing.
+    trend : {None, "constant", "linear"}
+        Zero-shot models only: the context's large-scale mean, estimated before
+        the model sees the values (:class:`xnp.data.trend.Trend`), per context
+        set (each time; all of it, also with ``context_radius``).  ``None``: the
+        model standardises the context by its plain mean, which it predicts far
+        from the observations.  ``"constant"``: the mean is estimated by
+        generalised least squares, with dense clusters of stations down-weighted
+        as in ordinary kriging, and the prediction reverts to it where the
+        observations leave the field unexplained.  ``"linear"``: a plane (on the
+        sphere, in the tangent plane at the context's centre), as universal
+        kriging's drift, for fields with a large-scale gradient (temperature
+        across a region); the model interpolates the residuals, and the plane is
+        added back.  Either way the variance of the estimate is added to the
+        predictive variance in the share the observations leave.  Recommended for
+        station networks with gaps (coasts, mountains); on evenly observed
+        stationary fields with short correlation lengths the plane costs a little
+        accuracy (see the benchmarks).
+
+    Returns
+    -------
+    xr.Dataset
+        ``{variable}_mean`` and ``{variable}_std`` (float32) on the target coordinates (and
+        ``time``), with ``units``, ``long_name`` and provenance attributes.  For a
+        forecast model: on ``init_time`` and ``lead_time`` (dimensions, or scalar
+        coordinates when ``time``/``lead_time`` are scalars), with the
+        ``valid_time = init_time + lead_time`` coordinate.
+    """
+    if isinstance(model, str | os.PathLike):
+        model = resolve_model(model)
+    return predict_with(
+        model, data, targets, time=time, lead_time=lead_time, context_radius=context_radius,
+        chunks=chunks, memory_budget=memory_budget, progress=progress,
+        context_sources=context_sources, trend=trend,
+    )  # fmt: skip

@@ -1,0 +1,105 @@
+""":func:`predict_with`: a model object's predictions at the targets, eager or lazy.
+
+The function behind :func:`xnp.predict` and :meth:`xnp.NeuralProcess.predict`
+once the model is an object (names and paths are resolved one layer up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import xarray as xr
+
+from xnp.data.coords import find_coords, locators_as_coords
+from xnp.data.tasks import ForecastTasks, WindowTasks
+from xnp.data.trend import DEGREES
+from xnp.errors import (
+    ConfigError,
+)
+from xnp.prediction.context import Options, check_sources, coord_names, zero_shot_variable
+from xnp.prediction.forecast import forecast
+from xnp.prediction.frames import predict_each_time
+from xnp.prediction.run import one_time
+from xnp.prediction.templates import check_chunks, checked_dataset, template_of
+from xnp.units import parse_distance_km
+
+__all__ = ["check_model", "predict_with"]
+
+
+def check_model(model: Any) -> Any:
+    """``model`` if it is a model object, else a :class:`~xnp.errors.ConfigError`."""
+    if not all(hasattr(model, a) for a in ("variables", "normaliser", "params_")):
+        raise ConfigError(
+            f"model must be a NeuralProcess (from fit, xnp.load or xnp.pretrained), a model "
+            f"directory or a pretrained model's name; got {type(model).__name__}."
+        )
+    return model
+
+
+def predict_with(
+    model: Any,
+    data: xr.Dataset | xr.DataArray,
+    targets: xr.Dataset | xr.DataArray | Mapping[str, Any] | None = None,
+    *,
+    time: Any = None,
+    lead_time: Any = None,
+    context_radius: str | float | None = None,
+    chunks: Mapping[str, int] | int | None = None,
+    memory_budget: str | int = "1GiB",
+    progress: bool = False,
+    context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
+    trend: str | None = None,
+) -> xr.Dataset:
+    """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
+
+    The arguments are those of :func:`xnp.predict`, but ``model`` is a model
+    object (a :class:`~xnp.NeuralProcess`, or anything with its interface):
+    names of shipped models and model directories are resolved by
+    :func:`xnp.predict`, one layer up.
+    """
+    model = check_model(model)
+    if trend is not None and trend not in DEGREES:
+        raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
+    if trend is not None and getattr(model, "normalise", "fitted") != "context":
+        raise ConfigError(
+            "trend= is for zero-shot models, which standardise each context set by its own "
+            "statistics; a fitted model learned the large-scale structure of its training "
+            "data. Predict without trend=."
+        )
+    if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
+        data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
+    data = checked_dataset(data, "data")
+    if getattr(model, "normalise", "fitted") == "context":
+        located, _ = locators_as_coords(data, getattr(model, "coords", None))
+        model = zero_shot_variable(model, located)
+    missing = [v for v in model.variables if v not in data.data_vars]
+    if missing:
+        raise ConfigError(
+            f"the context has no variable {missing}; the model predicts {list(model.variables)} "
+            f"and the data holds {list(data.data_vars)}."
+        )
+    where = template_of(targets, data, tuple(getattr(model, "covariates", None) or ()),
+                      getattr(model, "coords", None))  # fmt: skip
+    template = where.points
+    # the user's chunks, else those of a dask-backed template
+    chunks = check_chunks(chunks, template) or check_chunks(where.chunks, template)
+    radius_km = None if context_radius is None else parse_distance_km(context_radius)
+    opts = Options(radius_km, chunks, memory_budget, progress,
+                    check_sources(model, context_sources), trend)  # fmt: skip
+    layout = find_coords(data, model.variables[0], **coord_names(model, data))
+    task = getattr(model, "task", None)
+    task = task.task if isinstance(task, WindowTasks) else task
+    if isinstance(task, ForecastTasks):
+        return where.arrange(
+            forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
+        )
+    if lead_time is not None:
+        raise ConfigError(
+            "lead_time is for forecast models; this model interpolates at the context's "
+            "own time. Select times with `time=`."
+        )
+    return where.arrange(predict_each_time(
+        data, template, layout, time,
+        lambda frame, tmpl: one_time(model, frame, tmpl, opts), require=model.variables,
+    ))  # fmt: skip

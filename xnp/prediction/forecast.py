@@ -1,0 +1,154 @@
+"""Forecasts: context frames up to each initialisation time, targets at the lead times.
+
+A model trained on forecast tasks sees the model's frames ending at each
+initialisation time (times relative to it, as in training) and predicts the
+targets ``lead_time`` hours ahead; the result is labelled with ``init_time``,
+``lead_time`` and ``valid_time`` (the CF/climpred convention for forecasts).
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from xnp.data.tasks import ForecastTasks
+from xnp.data.times import match_hours, time_hours
+from xnp.errors import (
+    ConfigError,
+    EmptyDataError,
+    XnpWarning,
+)
+from xnp.prediction.context import Options, build_context
+from xnp.prediction.frames import select_times
+from xnp.prediction.run import run_targets
+
+__all__ = ["add_hours", "forecast", "forecast_layout", "lead_hours"]
+
+
+def lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:
+    """Lead times in hours (float64) and whether a scalar was given."""
+    scalar = np.ndim(lead_time) == 0 and not isinstance(lead_time, list | tuple)
+    values = [lead_time] if scalar else list(lead_time)
+    hours = []
+    for v in values:
+        if isinstance(v, np.timedelta64):  # (a numpy integer subclass: test it first)
+            hours.append(float(v / np.timedelta64(1, "h")) if not np.isnat(v) else np.nan)
+            continue
+        if isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool):
+            hours.append(float(v))
+            continue
+        try:
+            hours.append(pd.to_timedelta(v).total_seconds() / 3600.0)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(
+                f"cannot read lead_time {v!r}; give hours as a number, a timedelta or a "
+                "string such as '6h'."
+            ) from err
+    hours = np.asarray(hours, np.float64)
+    if hours.size == 0 or not np.isfinite(hours).all():
+        raise ConfigError(f"lead_time must be finite hours; got {lead_time!r}.")
+    return hours, scalar
+
+
+def add_hours(t: Any, hours: float) -> Any:
+    """``t + hours`` for a numpy datetime64 or a cftime datetime."""
+    if isinstance(t, np.datetime64):
+        return t.astype("datetime64[ns]") + np.timedelta64(round(hours * 3.6e12), "ns")
+    return t + datetime.timedelta(hours=hours)
+
+
+def forecast(
+    model: Any,
+    data: xr.Dataset,
+    template: xr.Dataset,
+    task: ForecastTasks,
+    layout: Any,
+    opts: Options,
+    *,
+    time: Any,
+    lead_time: Any,
+) -> xr.Dataset:
+    """Forecasts from each initialisation time: context frames up to it, targets ahead."""
+    if layout.time is None or layout.time_dim is None:
+        raise ConfigError(
+            "this model forecasts from past frames, but the context data has no time "
+            "dimension; give observations over time (the model needs "
+            f"{task.frames} frames {task.step:g} h apart)."
+        )
+    times = data[layout.time].values
+    hours = time_hours(times)
+    leads, scalar_lead = lead_hours(task.lead if lead_time is None else lead_time)
+    if (leads > task.lead).any():
+        warnings.warn(
+            f"lead_time {leads.max():g} h is beyond the {task.lead:g} h the model was trained "
+            "for; its temporal attention extrapolates and the forecast may be poor.",
+            XnpWarning,
+            stacklevel=3,
+        )
+    frames = np.stack([match_hours(hours, hours + o) for o in task.offsets], axis=1)
+    scalar_init = False
+    if time is None:
+        inits = np.flatnonzero((frames >= 0).all(axis=1))
+        if inits.size == 0:
+            raise EmptyDataError(
+                f"no time in the data has the {task.frames} context frames {task.step:g} h "
+                f"apart the model needs (the data has {hours.size} times)."
+            )
+    else:
+        chosen = select_times(data[[layout.time]], layout, time)[layout.time]
+        scalar_init = chosen.ndim == 0  # a label, not a list, slice or day of times
+        wanted = np.atleast_1d(chosen.values)
+        inits = match_hours(hours, time_hours(wanted))
+        for i, t in zip(inits, wanted, strict=True):
+            if i < 0 or (frames[i] < 0).any():
+                raise EmptyDataError(
+                    f"cannot forecast from {t}: the model needs {task.frames} context frames "
+                    f"{task.step:g} h apart ending at it, and the data lacks some of them."
+                )
+    spatial = template.drop_dims([d for d in (layout.time_dim,) if d in template.dims]).drop_vars(
+        [layout.time], errors="ignore"
+    )
+    lead_index = pd.Index(pd.to_timedelta(leads, unit="h"), name="lead_time")
+    results = []
+    for i in inits:
+        window = data.isel({layout.time_dim: frames[i]})
+        if all(int(window[v].count()) == 0 for v in model.variables):
+            raise EmptyDataError(
+                f"no observation of {list(model.variables)} in the context frames ending "
+                f"at {times[i]}; choose another init time."
+            )
+        ctx = build_context(model, window, opts, reference=float(hours[i]))
+        per_lead = []
+        for lead in leads:
+            tmpl = spatial.assign_coords({layout.time: add_hours(times[i], float(lead))})
+            out = run_targets(ctx, tmpl, opts, t_target=float(lead))
+            per_lead.append(out.drop_vars(layout.time, errors="ignore"))
+        results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[times[i]]))
+    return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
+
+
+def forecast_layout(
+    results: list[xr.Dataset], leads: np.ndarray, *, scalar_init: bool, scalar_lead: bool
+) -> xr.Dataset:
+    """Concatenate per-init-time forecasts (each on ``lead_time``) and label them.
+
+    Adds ``valid_time = init_time + lead_time`` and long names; squeezes
+    ``init_time``/``lead_time`` to scalar coordinates when asked for a scalar.
+    Shared by forecast models and the persistence baseline.
+    """
+    out = xr.concat(results, dim="init_time")
+    valid = np.array([[add_hours(t, float(h)) for h in leads] for t in out.init_time.values])
+    out = out.assign_coords(valid_time=(("init_time", "lead_time"), valid))
+    out["init_time"].attrs.update(long_name="forecast initialisation time (last context frame)")
+    out["lead_time"].attrs.update(long_name="forecast lead time")
+    out["valid_time"].attrs.update(long_name="time the forecast is valid for")
+    if scalar_lead:
+        out = out.squeeze("lead_time")
+    if scalar_init:
+        out = out.squeeze("init_time")
+    return out

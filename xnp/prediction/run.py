@@ -1,0 +1,101 @@
+"""Predicting the points of a template given a context: eager chunks, or lazy blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+import xarray as xr
+
+from xnp.data.points import predictions_to_xarray, to_points
+from xnp.errors import (
+    ConfigError,
+)
+from xnp.prediction.blocks import Payload, as_dask, lazy_prediction
+from xnp.prediction.context import (
+    Context,
+    Options,
+    build_context,
+    coord_names,
+    model_points,
+    prior_std,
+)
+from xnp.prediction.guards import check_within_radius, extent_text, outside_grid, warn_far_targets
+from xnp.prediction.templates import ONE_PLACE, at_one_place
+
+__all__ = ["one_time", "run_targets"]
+
+
+def run_targets(ctx: Context, template: xr.Dataset, opts: Options, *, t_target: float | None = None
+         ) -> xr.Dataset:  # fmt: skip
+    """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
+    model = ctx.model
+    names = coord_names(model, template)
+    one = at_one_place(template, names)
+    if one is not None:  # targets at a single place: a scalar prediction
+        return run_targets(ctx, one, opts, t_target=t_target).squeeze(ONE_PLACE)
+    if opts.chunks:  # the covariates are read block by block, not here
+        data_covariates = tuple(map(str, template.data_vars))  # all read at the targets
+        light = template.drop_vars(list(data_covariates))
+        # coordinates are read here, once (the blocks slice them and never compute)
+        lazy_coords = [k for k, v in light.coords.items() if v.chunks is not None]
+        if lazy_coords:
+            values = dask.compute(*(light[k].variable for k in lazy_coords))
+            light = light.assign_coords(dict(zip(lazy_coords, values, strict=True)))
+        tgt_ps = to_points(light, None, **names)
+    else:
+        model.normaliser.check_covariate_units(template, model.covariates, "targets")
+        tgt_ps = to_points(template, None, covariates=model.covariates, **names)
+    warn_far_targets(model, ctx.points, tgt_ps)
+    if opts.radius_km is not None:
+        check_within_radius(model, ctx.points, tgt_ps, opts.radius_km)
+    outside = outside_grid(model, tgt_ps.s)
+    if outside is not None and outside.any():
+        raise ConfigError(
+            f"{int(outside.sum())} of {len(tgt_ps)} target points lie outside the model's grid "
+            f"({extent_text(model)}), where a Swin-TNP fitted on a regional domain has no "
+            "pseudo-tokens; select targets inside it (e.g. targets.sel(lat=slice(...), "
+            "lon=slice(...))) or fit on data covering them."
+        )
+    if opts.chunks:
+        state = None if opts.radius_km is not None else ctx.state()
+        attrs = {c: dict(template[c].attrs) for c in data_covariates}
+        payload = Payload(ctx.predictor, state, light, names, tgt_ps.dims, data_covariates,
+                           attrs, ctx.points, opts.radius_km, model, t_target,
+                           ctx.trend)  # fmt: skip
+        lazy = [as_dask(template[c], tgt_ps.dims, tgt_ps.shape) for c in data_covariates]
+        return lazy_prediction(payload, lazy, tgt_ps, opts.chunks, ctx.attrs)
+    if not len(tgt_ps):  # every target lacks a covariate: NaN, as in the lazy path
+        empty = np.full((len(tgt_ps), len(model.variables)), np.nan, np.float32)
+        return predictions_to_xarray(tgt_ps, empty, empty, list(model.variables),
+                                     attrs=ctx.attrs)  # fmt: skip
+    targets = model_points(tgt_ps, model, values=False, t=t_target)
+    if opts.radius_km is None:
+        mean, std = ctx.predictor.predict_state(ctx.state(), targets)
+    else:
+        mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
+    mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
+    mean, std = mean[0], std[0]
+    if ctx.trend is not None:
+        mean, std = ctx.trend.add_to(tgt_ps.s, mean, std, prior_std(model))
+    return predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
+                                 list(model.variables), attrs=ctx.attrs)  # fmt: skip
+
+
+def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
+    """The prediction at the points of ``template`` from the observations of one frame."""
+    out = run_targets(build_context(model, data, opts), template, opts)
+    if opts.trend is not None:
+        out.attrs["xnp_trend"] = f"{opts.trend}: {_TREND_NOTES[opts.trend]}"
+    return out
+
+
+#: Provenance of a prediction made with ``trend=`` (after the trend's name).
+_TREND_NOTES = {
+    name: f"the context's {what}, estimated by generalised least squares under a fixed "
+    "exponential covariance, was removed before the model and added back; where the "
+    "observations leave the field unexplained the prediction reverts to it, and its "
+    "estimation variance joins the variance in the same share"
+    for name, what in (("constant", "mean"), ("linear", "plane (tangent plane at its centre)"))
+}

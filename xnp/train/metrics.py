@@ -1,0 +1,77 @@
+"""Validation scores of padded batches: exact totals, summed over batches.
+
+A jitted evaluation step returns sums over a batch's valid targets (NLL, squared
+error per channel, points inside the central 95 % interval, counts), so scores
+over a validation set are exact ratios of totals however it is batched.  The
+training loop validates with it, and :meth:`xnp.NeuralProcess.evaluate_batches`
+scores a fitted model with it; neither needs the optimiser or the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from xnp.models.likelihoods import gaussian_nll
+
+__all__ = ["batch_scores", "eval_step", "make_eval_step"]
+
+_Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
+
+
+def make_eval_step(graphdef: nnx.GraphDef) -> Callable[[nnx.State, Any], dict[str, jax.Array]]:
+    """A jitted ``evaluate(params, batch)`` returning sums over the batch's valid targets.
+
+    The sums (``nll``, per-channel ``sq_err`` ``[Dy]``, ``covered``, ``count``) add
+    up over batches, so metrics over a validation set are exact ratios of totals.
+    """
+
+    def evaluate(params: nnx.State, batch: Any) -> dict[str, jax.Array]:
+        mean, std = nnx.merge(graphdef, params)(batch.context, batch.target)
+        mask = batch.target.mask[..., None].astype(mean.dtype)
+        mask = jnp.broadcast_to(mask, mean.shape)
+        count = jnp.sum(mask)
+        z = (batch.y - mean) / std
+        covered = (jnp.abs(z) <= _Z95).astype(mean.dtype)
+        return {
+            "nll": gaussian_nll(mean, std, batch.y, batch.target.mask) * count,
+            "sq_err": jnp.sum(jnp.square(batch.y - mean) * mask, axis=(0, 1)),
+            "covered": jnp.sum(covered * mask),
+            "count": count,
+            "channel_count": jnp.sum(mask, axis=(0, 1)),
+        }
+
+    return jax.jit(evaluate)
+
+
+@functools.lru_cache(maxsize=8)
+def eval_step(graphdef: nnx.GraphDef) -> Callable:
+    """:func:`make_eval_step` of ``graphdef``, compiled once per model structure."""
+    return make_eval_step(graphdef)
+
+
+def batch_scores(
+    evaluate: Callable, params: nnx.State, batches: Sequence[Any], scale: np.ndarray
+) -> tuple[float, list[float], float]:
+    """``(nll, rmse per channel, 95 % coverage)`` of ``params`` over ``batches``.
+
+    ``evaluate`` is an evaluation step (:func:`eval_step`); ``scale`` the
+    per-channel standard deviations that turn normalised RMSE into data units.
+    The NLL stays normalised.  No batch, or no valid target: NaN scores.
+    """
+    totals: dict[str, Any] = {}
+    for batch in batches:
+        sums = evaluate(params, batch)
+        totals = sums if not totals else jax.tree.map(jnp.add, totals, sums)
+    if not totals:
+        return float("nan"), [float("nan")] * np.size(scale), float("nan")
+    totals = jax.tree.map(np.asarray, totals)
+    count = max(float(totals["count"]), 1.0)
+    rmse = np.sqrt(totals["sq_err"] / np.maximum(totals["channel_count"], 1.0)) * scale
+    return float(totals["nll"]) / count, rmse.tolist(), float(totals["covered"]) / count

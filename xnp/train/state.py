@@ -1,0 +1,83 @@
+"""What a training run carries from step to step: :class:`TrainState` and its history columns.
+
+Kept apart from the loop so that the saved-model and checkpoint code, and the
+training history's xarray form (:mod:`xnp.history`), can read a state without
+importing the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optax
+from flax import nnx
+
+__all__ = ["HISTORY_FIELDS", "TrainState", "history_lists"]
+
+#: Columns of the training history, in order (see :class:`TrainState`).
+HISTORY_FIELDS = (
+    "step",
+    "train_nll",
+    "val_nll",
+    "val_rmse",
+    "val_coverage",
+    "learning_rate",
+    "steps_per_second",
+)
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Everything needed to continue training exactly where it stopped.
+
+    Attributes
+    ----------
+    step : int
+        Number of steps done.
+    params, opt_state
+        Current parameters and optimiser state.
+    best_params : nnx.State or None
+        Parameters with the lowest validation NLL so far (None without validation).
+    best_step : int
+        Step of ``best_params`` (0: none yet).
+    best_nll : float
+        Their validation NLL (``inf`` before the first validation).
+    history : dict of list
+        One list per name of :data:`HISTORY_FIELDS`; ``val_rmse`` entries are
+        per-channel lists, NaN where a row had no validation.
+    """
+
+    step: int
+    params: nnx.State
+    opt_state: optax.OptState
+    best_params: nnx.State | None = None
+    best_step: int = 0
+    best_nll: float = math.inf
+    history: dict[str, list[Any]] = dataclasses.field(
+        default_factory=lambda: {k: [] for k in HISTORY_FIELDS}
+    )
+    #: Whether the run was stopped early by an interrupt (Ctrl-C) at ``step``.
+    interrupted: bool = False
+    #: Training losses of the steps since the last history row (an interrupt can
+    #: stop between rows; resuming averages them into the next row, as without it).
+    pending_losses: tuple[float, ...] = ()
+
+
+def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """JSON history (``None`` for NaN) back to the lists :class:`TrainState` keeps.
+
+    Examples
+    --------
+    >>> history_lists({"step": [50], "val_nll": [None]})["val_nll"]
+    [nan]
+    """
+
+    def nan(v: Any) -> Any:
+        if isinstance(v, list):
+            return [nan(x) for x in v]
+        return math.nan if v is None else v
+
+    return {k: [nan(v) for v in history.get(k, [])] for k in HISTORY_FIELDS}

@@ -1,0 +1,80 @@
+"""The training step: the loss of a padded batch and one jitted optimiser update.
+
+The step works on the split form of an NNX model (``graphdef`` + parameter
+state), so it is a pure function of arrays: jit-compiled once per padded batch
+shape, with the parameter and optimiser buffers donated (updated in place).
+:func:`fit_step` is the step ``fit`` runs (the learning rate an argument, set
+from the schedule on the host); :func:`make_train_step` the same update for any
+optax transformation and loss, for code that drives its own loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+from flax import nnx
+
+from xnp.train.settings import adamw
+
+__all__ = ["batch_loss", "fit_step", "make_train_step"]
+
+
+def _update(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    loss_fn: Callable[[nnx.Module, Any], jax.Array],
+) -> Callable:
+    """The unjitted ``update(params, opt_state, batch) -> (params, opt_state, loss)``."""
+
+    def update(params: nnx.State, opt_state: optax.OptState, batch: Any):
+        def objective(p):
+            return loss_fn(nnx.merge(graphdef, p), batch)
+
+        loss, grads = jax.value_and_grad(objective)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return update
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    loss_fn: Callable[[nnx.Module, Any], jax.Array],
+) -> Callable[[nnx.State, optax.OptState, Any], tuple[nnx.State, optax.OptState, jax.Array]]:
+    """A jitted ``step(params, opt_state, batch) -> (params, opt_state, loss)``.
+
+    ``loss_fn(model, batch)`` computes the scalar loss from the merged model; ``tx``
+    is any optax transformation, e.g. :func:`xnp.train.settings.make_optimizer`.
+    ``params`` and ``opt_state`` are donated: do not reuse the arrays passed in.
+    """
+    return jax.jit(_update(graphdef, tx, loss_fn), donate_argnums=(0, 1))
+
+
+def batch_loss(model: nnx.Module, batch: Any) -> jax.Array:
+    """Mean Gaussian NLL of a :class:`~xnp.data.batch.Batch` (the training objective)."""
+    return model.loss(batch.context, batch.target, batch.y)
+
+
+@functools.lru_cache(maxsize=8)
+def fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> Callable:
+    """Jitted ``step(params, opt_state, batch, lr) -> (params, opt_state, loss)``.
+
+    The update of :func:`~xnp.train.settings.adamw` with its learning rate set to
+    ``lr`` (a float32 scalar, computed from the schedule on the host) before the
+    step, so the compiled step does not depend on the run length or learning
+    rate: fitting again with the same model (a resumed run, a notebook cell run
+    twice) compiles nothing new.  ``opt_state`` comes from
+    :meth:`~xnp.train.settings.TrainConfig.init_optimizer`.
+    """
+    update = _update(graphdef, adamw(clip_norm, weight_decay), batch_loss)
+
+    def step(params: nnx.State, opt_state: optax.OptState, batch: Any, lr: jax.Array):
+        opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
+        return update(params, opt_state, batch)
+
+    return jax.jit(step, donate_argnums=(0, 1))
