@@ -49,6 +49,8 @@ __all__ = [
     "Layout",
     "elevation_metres",
     "find_coords",
+    "is_latitude",
+    "is_longitude",
     "latlon",
     "locators_as_coords",
     "resolve_variables",
@@ -136,6 +138,40 @@ def _by_name(obj: XrObj, fallbacks: tuple[str, ...], coords_only: bool = False) 
     pool = [str(n) for n in obj.coords] if coords_only else _names_in(obj)
     lower = {n.lower(): n for n in pool}
     return [lower[f] for f in fallbacks if f in lower]
+
+
+def _is_role(coord: xr.DataArray, key: str, names: tuple[str, ...]) -> bool:
+    name = str(coord.name)
+    if name.lower() in names:
+        return True
+    return name in _by_cf(xr.Dataset(coords={name: coord.variable}), key)
+
+
+def is_latitude(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds latitudes, as :func:`find_coords` recognises them.
+
+    By its CF metadata as cf-xarray reads it (``standard_name``, ``units`` such as
+    ``degrees_north``, ``_CoordinateAxisType``), else by its name.
+
+    Examples
+    --------
+    >>> is_latitude(xr.DataArray([1.0], dims="y", name="y", attrs={"units": "degrees_north"}))
+    True
+    >>> is_latitude(xr.DataArray([1.0], dims="nav_lat", name="nav_lat"))
+    True
+    """
+    return _is_role(coord, "latitude", known.LAT_NAMES)
+
+
+def is_longitude(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds longitudes, as :func:`find_coords` recognises them.
+
+    Examples
+    --------
+    >>> is_longitude(xr.DataArray([1.0], dims="x", name="x", attrs={"units": "degrees_east"}))
+    True
+    """
+    return _is_role(coord, "longitude", known.LON_NAMES)
 
 
 def _is_datetime(values: Any) -> bool:

@@ -50,7 +50,7 @@ import pandas as pd
 import xarray as xr
 from scipy import special
 
-from xnp.data import names as known
+from xnp.data.coords import is_latitude, is_longitude
 from xnp.data.normalise import check_same_units
 from xnp.errors import (
     ConfigError,
@@ -242,7 +242,7 @@ def _match_scalar_coords(a: xr.DataArray, b: xr.DataArray) -> xr.DataArray:
     for name, coord in a.coords.items():
         if coord.ndim != 0 or name not in b.coords:
             continue
-        periodic = _is_longitude(coord) or _is_longitude(b[name])
+        periodic = is_longitude(coord) or is_longitude(b[name])
         if name in b.dims:
             pos = _positions(np.atleast_1d(coord.values), b[name].values, periodic=periodic)
             if pos[0] < 0:
@@ -261,27 +261,6 @@ def _match_scalar_coords(a: xr.DataArray, b: xr.DataArray) -> xr.DataArray:
     return b
 
 
-def _holds(coord: xr.DataArray, standard_name: str, names: Sequence[str],
-           unit_ends: tuple[str, ...]) -> bool:  # fmt: skip
-    """Whether ``coord`` is a ``standard_name`` coordinate: by name, CF attribute or units."""
-    if str(coord.name).lower() in names:
-        return True
-    if str(coord.attrs.get("standard_name", "")).lower() == standard_name:
-        return True
-    units = str(coord.attrs.get("units", "")).lower().replace("_", " ")
-    return units.startswith("degree") and units.endswith(unit_ends)
-
-
-def _is_longitude(coord: xr.DataArray) -> bool:
-    """Whether ``coord`` holds longitudes in degrees (by name, standard name or units)."""
-    return _holds(coord, "longitude", known.LON_NAMES, ("east", " e"))
-
-
-def _is_latitude(coord: xr.DataArray) -> bool:
-    """Whether ``coord`` holds latitudes in degrees (by name, standard name or units)."""
-    return _holds(coord, "latitude", known.LAT_NAMES, ("north", " n"))
-
-
 def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     """``y`` with its latitude/longitude dims renamed to the prediction's names.
 
@@ -291,7 +270,7 @@ def _same_dim_names(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     one on each, is renamed.
     """
     renames = {}
-    for is_role in (_is_latitude, _is_longitude):
+    for is_role in (is_latitude, is_longitude):
         # the prediction's dimension or scalar (one selected row or point) coordinate
         ours = [c for c in mu.coords if c not in y.dims and (c in mu.dims or mu[c].ndim == 0)
                 and is_role(mu[c])]  # fmt: skip
@@ -439,7 +418,7 @@ def _pair(
                 f"{v!r}: the truth's {d!r} coordinate has duplicate values; make it unique "
                 "(e.g. truth.drop_duplicates(...)) before evaluating."
             )
-        periodic = _is_longitude(mu[d]) or _is_longitude(y[d])
+        periodic = is_longitude(mu[d]) or is_longitude(y[d])
         pos = _positions(mu[d].values, y[d].values, periodic=periodic)
         matched = np.flatnonzero(pos >= 0)
         if matched.size == 0:
