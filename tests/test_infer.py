@@ -8,13 +8,8 @@ from xnp.arrays import Points
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo import great_circle_distance
 from xnp.geo.sphere import unit_vectors
-from xnp.infer import (
-    Predictor,
-    _cap,
-    _merge_small_groups,
-    chunk_size_for_budget,
-    compact_chunks,
-)
+from xnp.infer import Predictor, chunk_size_for_budget, compact_chunks
+from xnp.infer.regional import bounding_cap, merge_small_groups
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.units import parse_bytes, parse_distance_km
@@ -100,7 +95,7 @@ def test_batched_regional_equals_each_chunk_on_its_own(model):
 
 def test_rare_shapes_join_a_common_one():
     groups = {(128, 128): [0, 1], (192, 128): list(range(2, 80)), (384, 256): [80]}
-    merged = _merge_small_groups(groups, minimum=64)
+    merged = merge_small_groups(groups, minimum=64)
     assert sorted(merged) == [(192, 128), (384, 256)]  # nothing is large enough for 384
     assert sorted(merged[(192, 128)]) == list(range(80))
 
@@ -169,11 +164,11 @@ def test_compact_chunks_partition_the_points_into_small_caps():
     sizes = sorted(len(c) for c in chunks)
     assert sizes[1:] == [512] * (len(chunks) - 1)  # one compiled shape (and one remainder)
     # compact: 512 of 5000 points spread over the globe cover about a tenth of it
-    assert max(_cap(unit[c])[1] for c in chunks) < 1.2  # radians; a tenth-area cap is 0.64
+    assert max(bounding_cap(unit[c])[1] for c in chunks) < 1.2  # radians; a tenth-area cap is 0.64
     narrow = compact_chunks(unit, 4096, 500.0, min_size=32)
     np.testing.assert_array_equal(np.sort(np.concatenate(narrow)), np.arange(5000))
     for c in narrow:
-        assert len(c) <= 32 or _cap(unit[c])[1] * 6371.0 <= 500.0
+        assert len(c) <= 32 or bounding_cap(unit[c])[1] * 6371.0 <= 500.0
 
 
 def test_chunks_are_balanced_not_mostly_padding(model):

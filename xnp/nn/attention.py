@@ -14,7 +14,8 @@ to the floating-point leaves of ``q_feats``/``k_feats``, and to every array the
 bias function closes over (its learnable parameters).
 
 :func:`dense_attention` has the same signature and computes the same thing the
-plain way; it is the reference every test compares against.
+plain way; it is the reference every test compares against.  The tiles are
+walked by :mod:`xnp.nn.tiles`; the backward pass is :mod:`xnp.nn.attention_bwd`.
 """
 
 from __future__ import annotations
@@ -26,17 +27,27 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
+from jax.custom_derivatives import CustomVJPPrimal
 
 from xnp.errors import ConfigError, ShapeError
 from xnp.nn import native
+from xnp.nn.attention_bwd import bsa_backward
+from xnp.nn.tiles import (
+    NEG_INF,
+    fused_spec,
+    loop,
+    over_batch_tiles,
+    scores,
+    slice_tile,
+    slice_tree,
+    update_tile,
+)
 
 __all__ = ["BiasFn", "biased_scan_attention", "dense_attention"]
 
+
 #: ``bias_fn(q_feats_tile, k_feats_tile) -> [B, H, q_tile, k_tile]``.
 BiasFn = Callable[[Any, Any], jax.Array]
-
-_NEG_INF = -jnp.inf
 
 
 def _check_inputs(q, k, v, q_feats, k_feats, k_mask, bias_fn) -> None:
@@ -105,101 +116,6 @@ def _pad_points(x: jax.Array, n: int) -> jax.Array:
     return jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
 
 
-def _slice(x: jax.Array, i: jax.Array, size: int) -> jax.Array:
-    """Tile ``i`` of length ``size`` along axis 1."""
-    return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=1)
-
-
-def _slice_tree(tree: Any, i: jax.Array, size: int) -> Any:
-    return jax.tree.map(lambda a: _slice(a, i, size), tree)
-
-
-def _update(x: jax.Array, tile: jax.Array, i: jax.Array, size: int) -> jax.Array:
-    """Write ``tile`` into tile ``i`` of ``x`` along axis 1 (in place under XLA)."""
-    return jax.lax.dynamic_update_slice_in_dim(x, tile.astype(x.dtype), i * size, axis=1)
-
-
-def _loop(step: Callable, init: Any, n: int) -> Any:
-    """Final carry of ``lax.scan(step, init, arange(n))``; one step is simply inlined.
-
-    Most calls at small sizes (regional chunks, training tasks) fit in one tile;
-    without a while loop around it, XLA fuses across the step and skips the loop's
-    bookkeeping and dynamic slicing (a quarter of a 256-point forward pass on a CPU).
-    """
-    if n == 1:
-        return step(init, jnp.zeros((), jnp.int32))[0]
-    return jax.lax.scan(step, init, jnp.arange(n))[0]
-
-
-def _is_float(x: Any) -> bool:
-    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
-
-
-class _GradLeaves:
-    """The leaves of a pytree that need a cotangent: floating point and perturbed."""
-
-    def __init__(self, tree: Any, perturbed: Any = None):
-        leaves, self.treedef = jax.tree.flatten(tree)
-        flags = [True] * len(leaves) if perturbed is None else jax.tree.leaves(perturbed)
-        self.wanted = [_is_float(x) and bool(p) for x, p in zip(leaves, flags, strict=True)]
-
-    def floats(self, tree: Any) -> list[jax.Array]:
-        return [x for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True) if w]
-
-    def rebuild(self, tree: Any, floats: list[jax.Array]) -> Any:
-        it = iter(floats)
-        leaves = [
-            next(it) if w else x for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True)
-        ]
-        return jax.tree.unflatten(self.treedef, leaves)
-
-    def cotangent(self, tree: Any, cts: list[jax.Array]) -> Any:
-        """Full cotangent tree: ``cts`` for wanted leaves, None (zero) elsewhere."""
-        it = iter(cts)
-        leaves = [
-            next(it).astype(x.dtype) if w else None
-            for x, w in zip(jax.tree.leaves(tree), self.wanted, strict=True)
-        ]
-        return jax.tree.unflatten(self.treedef, leaves)
-
-
-def _scores(q_i, k_j, mask_j, bias):
-    """Masked scores ``[B, H, qc, kc]`` in float32 (``q_i`` already scaled by 1/√D)."""
-    s = jnp.einsum("bqhd,bkhd->bhqk", q_i, k_j, preferred_element_type=jnp.float32)
-    if bias is not None:
-        s = s + bias.astype(jnp.float32)
-    return jnp.where(mask_j[:, None, None, :], s, _NEG_INF)
-
-
-def _batch_slice(tree: Any, n: jax.Array, size: int) -> Any:
-    """Batch tile ``n`` of length ``size`` (axis 0) of every leaf of ``tree``."""
-    return jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, n * size, size, axis=0), tree)
-
-
-def _batch_update(x: jax.Array, tile: jax.Array, n: jax.Array, size: int) -> jax.Array:
-    return jax.lax.dynamic_update_slice_in_dim(x, tile.astype(x.dtype), n * size, axis=0)
-
-
-def _over_batch_tiles(step: Callable, data: Any, zeros: Callable, acc: Any, size: int):
-    """Run ``step(data_tile, acc) -> (outs, acc)`` over batch tiles of ``size`` elements.
-
-    ``outs`` (a pytree of arrays with the batch on axis 0) are written into their
-    place in ``zeros()``; ``acc`` carries from tile to tile.  With one tile,
-    ``step`` runs on ``data`` directly.
-    """
-    b = jax.tree.leaves(data)[0].shape[0]
-    if size == b:
-        return step(data, acc)
-
-    def b_step(carry, n):
-        outs, acc = carry
-        outs_n, acc = step(_batch_slice(data, n, size), acc)
-        outs = jax.tree.map(lambda a, t: _batch_update(a, t, n, size), outs, outs_n)
-        return (outs, acc), None
-
-    return _loop(b_step, (zeros(), acc), b // size)
-
-
 def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     """Online-softmax forward; returns the output ``[B, Nq, H, Dv]`` and lse ``[B, H, Nq]``.
 
@@ -210,7 +126,7 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     inputs on the CPU, one native kernel computes the same
     (:func:`xnp.nn.native.rbf_attention`).
     """
-    spec = _fused_spec(fns, q, k, v)
+    spec = fused_spec(fns, q, k, v)
     if spec is not None:
         args = (q, k, v, qf, kf, mask, consts)
         return jax.lax.platform_dependent(
@@ -223,17 +139,6 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     return _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
 
 
-def _fused_spec(fns, *arrays):
-    """The :class:`~xnp.nn.bias.RBFSpec` when the native kernels can run, else None.
-
-    They need an RBF bias (``fns[2]``), float32 ``arrays`` and :func:`native.enabled`.
-    """
-    spec = fns[2] if len(fns) > 2 else None
-    if spec is None or any(x.dtype != jnp.float32 for x in arrays):
-        return None
-    return spec if native.enabled() else None
-
-
 def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     """:func:`_forward` as tiled JAX loops (any bias function, any platform)."""
     b, nq, h, _ = q.shape
@@ -244,7 +149,7 @@ def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     def zeros():
         return jnp.zeros((b, nq, h, v.shape[-1]), v.dtype), jnp.zeros((b, h, nq), jnp.float32)
 
-    return _over_batch_tiles(step, (q, k, v, qf, kf, mask), zeros, None, tiles[0])[0]
+    return over_batch_tiles(step, (q, k, v, qf, kf, mask), zeros, None, tiles[0])[0]
 
 
 def _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
@@ -257,48 +162,48 @@ def _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
 
     def q_step(carry, i):
         out, lse = carry
-        q_i = _slice(q, i, qc) * scale
-        qf_i = _slice_tree(qf, i, qc)
+        q_i = slice_tile(q, i, qc) * scale
+        qf_i = slice_tree(qf, i, qc)
 
         def k_step(stats, j):
             m, den, o = stats
-            bias = None if fn is None else fn(qf_i, _slice_tree(kf, j, kc), *consts)
+            bias = None if fn is None else fn(qf_i, slice_tree(kf, j, kc), *consts)
             if bound is None or bias is None:
-                s = _scores(q_i, _slice(k, j, kc), _slice(mask, j, kc), bias)
+                s = scores(q_i, slice_tile(k, j, kc), slice_tile(mask, j, kc), bias)
                 m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             else:
                 # Shift by rowmax(q·k) + an upper bound of the bias instead of the row
                 # max of q·k + bias: softmax is shift-invariant, so this is exact, and
                 # the bias never has to be materialised before the exponential.
-                s = _scores(q_i, _slice(k, j, kc), _slice(mask, j, kc), None)
+                s = scores(q_i, slice_tile(k, j, kc), slice_tile(mask, j, kc), None)
                 m_new = jnp.maximum(m, jnp.max(s, axis=-1) + bound[None, :, None])
                 s = s + bias.astype(jnp.float32)
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # rows with no key yet
             p = jnp.exp(s - m_safe[..., None])
             corr = jnp.exp(m - m_safe)
             den = corr * den + jnp.sum(p, axis=-1)
-            v_j = _slice(v, j, kc)
+            v_j = slice_tile(v, j, kc)
             pv = jnp.einsum(
                 "bhqk,bkhd->bhqd", p.astype(v.dtype), v_j, preferred_element_type=jnp.float32
             )
             return (m_new, den, corr[..., None] * o + pv), None
 
         init = (
-            jnp.full((b, h, qc), _NEG_INF, jnp.float32),
+            jnp.full((b, h, qc), NEG_INF, jnp.float32),
             jnp.zeros((b, h, qc), jnp.float32),
             jnp.zeros((b, h, qc, dv), jnp.float32),
         )
-        m, den, o = _loop(k_step, init, k.shape[1] // kc)
+        m, den, o = loop(k_step, init, k.shape[1] // kc)
         valid = den > 0
         l_safe = jnp.where(valid, den, 1.0)
         o = jnp.where(valid[..., None], o / l_safe[..., None], 0.0)
         lse_i = jnp.where(valid, m + jnp.log(l_safe), jnp.inf)
-        out = _update(out, jnp.swapaxes(o, 1, 2), i, qc)
+        out = update_tile(out, jnp.swapaxes(o, 1, 2), i, qc)
         lse = jax.lax.dynamic_update_slice_in_dim(lse, lse_i, i * qc, axis=2)
         return (out, lse), None
 
     init = (jnp.zeros((b, nq, h, dv), v.dtype), jnp.zeros((b, h, nq), jnp.float32))
-    out, lse = _loop(q_step, init, nq // qc)
+    out, lse = loop(q_step, init, nq // qc)
     return out, lse
 
 
@@ -317,164 +222,7 @@ def _bsa_fwd(fns, tiles, *args):
     return out, (values, needed, out, lse)
 
 
-def _bsa_bwd(fns, tiles, res, d_out):
-    (q, k, v, qf, kf, mask, consts, _), needed, out, lse = res
-    if isinstance(d_out, SymbolicZero):
-        d_out = jnp.zeros(d_out.shape, d_out.dtype)
-    # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
-    delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
-    splits = tuple(
-        _GradLeaves(tree, _flags(tree, need))
-        for tree, need in ((qf, needed[3]), (kf, needed[4]), (consts, needed[6]))
-    )
-    qf_split, kf_split, c_split = splits
-    data = (q, k, v, qf, kf, mask, d_out, lse, delta)
-    spec = _fused_spec(fns, q, k, v, d_out)
-    if spec is not None and not qf_split.floats(qf) and not kf_split.floats(kf):
-        # no cotangent for the features: on the CPU one native kernel
-        def cpu(consts, *data):
-            q, k, v, qf, kf, mask, d_out, lse, delta = data
-            dq, dk, dv, dw = native.rbf_attention_bwd(
-                q, k, v, mask, qf, kf, spec, consts, d_out, lse, delta
-            )
-            # float32, as the tiled backward's accumulators (the branches must match)
-            return dq, dk, dv, [], [], [g.astype(jnp.float32) for g in c_split.floats(dw)]
-
-        grads = jax.lax.platform_dependent(
-            consts,
-            *data,
-            cpu=cpu,
-            default=lambda consts, *data: _backward_xla(fns, tiles, splits, consts, data),
-        )
-    else:
-        grads = _backward_xla(fns, tiles, splits, consts, data)
-    dq, dk, dv, dqf, dkf, dc = grads
-    return (
-        dq.astype(q.dtype),
-        dk.astype(k.dtype),
-        dv.astype(v.dtype),
-        qf_split.cotangent(qf, dqf),
-        kf_split.cotangent(kf, dkf),
-        None,
-        c_split.cotangent(consts, dc),
-        None,  # the output does not depend on the shift bound (softmax shift invariance)
-    )
-
-
-def _backward_xla(fns, tiles, splits, consts, data):
-    """:func:`_bsa_bwd` as tiled JAX loops: ``(dq, dk, dv, dqf, dkf, dc)``.
-
-    ``dqf``, ``dkf`` and ``dc`` are lists of the cotangents of the leaves that
-    need one (see :class:`_GradLeaves`).
-    """
-    q, k, v, qf, kf = data[:5]
-    qf_split, kf_split, c_split = splits
-    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
-    dc0 = zeros_f32(c_split.floats(consts))
-    # one batch tile at a time, as in the forward; the cotangents of q, k, v and the
-    # features are per batch element, those of the bias weights accumulate
-    grads, dc = _over_batch_tiles(
-        lambda data, dc: _backward_tiles(fns[1], tiles, splits, consts, data, dc),
-        data,
-        lambda: _zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)),
-        dc0,
-        tiles[3],
-    )
-    return (*grads, dc)
-
-
-def _zero_cotangents(q, k, v, qf_floats, kf_floats):
-    """Zero accumulators ``(dq, dk, dv, dqf, dkf)``; key-side sums are kept in float32."""
-    return (
-        jnp.zeros(q.shape, q.dtype),
-        jnp.zeros(k.shape, jnp.float32),
-        jnp.zeros(v.shape, jnp.float32),
-        [jnp.zeros_like(a) for a in qf_floats],
-        [jnp.zeros(a.shape, jnp.float32) for a in kf_floats],
-    )
-
-
-def _backward_tiles(fn, tiles, splits, consts, data, dc):
-    """FlashAttention-2 backward for one batch tile, recomputing each score tile.
-
-    Returns the cotangents ``(dq, dk, dv, dqf, dkf)`` of the tile's inputs and the
-    bias weights' cotangent ``dc`` with this tile's contribution added.
-    """
-    q, k, v, qf, kf, mask, d_out, lse, delta = data
-    qf_split, kf_split, c_split = splits
-    qc, kc = tiles[1], tiles[4]
-    b, nq, h, d = q.shape
-    scale = jnp.asarray(d**-0.5, q.dtype)
-    zeros_f32 = partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
-
-    def bias_and_vjp(qf_i, kf_j):
-        """Bias tile and a function mapping its cotangent to float-leaf cotangents."""
-
-        def f(c_fl, qf_fl, kf_fl):
-            c = c_split.rebuild(consts, c_fl)
-            return fn(qf_split.rebuild(qf_i, qf_fl), kf_split.rebuild(kf_j, kf_fl), *c)
-
-        return jax.vjp(f, c_split.floats(consts), qf_split.floats(qf_i), kf_split.floats(kf_j))
-
-    def q_step(carry, i):
-        dq, dk, dv, dqf, dkf, dc = carry
-        qs_i = _slice(q, i, qc) * scale
-        qf_i = _slice_tree(qf, i, qc)
-        do_i = _slice(d_out, i, qc)
-        lse_i = jax.lax.dynamic_slice_in_dim(lse, i * qc, qc, axis=2)
-        delta_i = jax.lax.dynamic_slice_in_dim(delta, i * qc, qc, axis=2)
-
-        def k_step(carry2, j):
-            dq_i, dqf_i, dk, dv, dkf, dc = carry2
-            k_j, v_j, kf_j = _slice(k, j, kc), _slice(v, j, kc), _slice_tree(kf, j, kc)
-            bias, vjp = (None, None) if fn is None else bias_and_vjp(qf_i, kf_j)
-            s = _scores(qs_i, k_j, _slice(mask, j, kc), bias)
-            p = jnp.exp(s - lse_i[..., None])
-            dp = jnp.einsum("bqhd,bkhd->bhqk", do_i, v_j, preferred_element_type=jnp.float32)
-            ds = p * (dp - delta_i[..., None])
-            dv_j = jnp.einsum("bhqk,bqhd->bkhd", p, do_i, preferred_element_type=jnp.float32)
-            dk_j = jnp.einsum("bhqk,bqhd->bkhd", ds, qs_i, preferred_element_type=jnp.float32)
-            dq_i = dq_i + jnp.einsum(
-                "bhqk,bkhd->bqhd", ds, k_j, preferred_element_type=jnp.float32
-            )
-            dk = _update(dk, _slice(dk, j, kc) + dk_j, j, kc)
-            dv = _update(dv, _slice(dv, j, kc) + dv_j, j, kc)
-            if vjp is not None:
-                dc_t, dqf_t, dkf_t = vjp(ds.astype(bias.dtype))
-                dc = jax.tree.map(jnp.add, dc, dc_t)
-                dqf_i = jax.tree.map(jnp.add, dqf_i, dqf_t)
-                dkf = [
-                    _update(a, _slice(a, j, kc) + t, j, kc)
-                    for a, t in zip(dkf, dkf_t, strict=True)
-                ]
-            return (dq_i, dqf_i, dk, dv, dkf, dc), None
-
-        init = (
-            jnp.zeros((b, qc, h, d), jnp.float32),
-            zeros_f32(qf_split.floats(qf_i)),
-            dk,
-            dv,
-            dkf,
-            dc,
-        )
-        dq_i, dqf_i, dk, dv, dkf, dc = _loop(k_step, init, k.shape[1] // kc)
-        dq = _update(dq, dq_i * scale, i, qc)
-        dqf = [_update(a, t, i, qc) for a, t in zip(dqf, dqf_i, strict=True)]
-        return (dq, dk, dv, dqf, dkf, dc), None
-
-    init = (*_zero_cotangents(q, k, v, qf_split.floats(qf), kf_split.floats(kf)), dc)
-    dq, dk, dv, dqf, dkf, dc = _loop(q_step, init, nq // qc)
-    return (dq, dk, dv, dqf, dkf), dc
-
-
-def _flags(tree: Any, needed: Any) -> list[bool]:
-    """Per-leaf "needs a cotangent" flags of ``tree`` from the fwd's ``needed`` structure."""
-    n = len(jax.tree.leaves(tree))
-    marks = jax.tree.leaves(needed, is_leaf=lambda x: x is None or x == ())
-    return [m == () for m in marks] if len(marks) == n else [True] * n
-
-
-_bsa.defvjp(_bsa_fwd, _bsa_bwd, symbolic_zeros=True)
+_bsa.defvjp(_bsa_fwd, bsa_backward, symbolic_zeros=True)
 
 
 def _convert_bias(bias_fn, qf, kf, h, qc, shapes):
@@ -682,7 +430,7 @@ def dense_attention(
     if bias_fn is not None:
         s = s + bias_fn(q_feats, k_feats).astype(jnp.float32)
     mask = jnp.ones(k.shape[:2], bool) if k_mask is None else jnp.asarray(k_mask, bool)
-    s = jnp.where(mask[:, None, None, :], s, _NEG_INF)
+    s = jnp.where(mask[:, None, None, :], s, NEG_INF)
     any_key = jnp.any(mask, axis=-1)[:, None, None, None]
     p = jax.nn.softmax(jnp.where(any_key, s, 0.0), axis=-1)
     p = jnp.where(any_key, p, 0.0)
