@@ -42,7 +42,6 @@ from xnp.api.sizes import (
 )
 from xnp.arrays import padded_size
 from xnp.data.coords import (
-    _is_datetime,
     find_coords,
     latlon,
     resolve_variables,
@@ -50,6 +49,7 @@ from xnp.data.coords import (
 from xnp.data.covariates import covariate_channels
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, task_to_dict
+from xnp.data.times import is_datetime
 from xnp.errors import (
     CheckpointError,
     ConfigError,
@@ -213,7 +213,7 @@ def fit(
 
     val_data: xr.Dataset | None = None
     fraction = 0.0
-    if isinstance(validation, xr.DataArray) and not _is_datetime(validation.values):
+    if isinstance(validation, xr.DataArray) and not is_datetime(validation.values):
         validation = validation.to_dataset(name=variables[0])  # data, not times
     if isinstance(validation, xr.Dataset):
         val_data = validation

@@ -27,7 +27,8 @@ import xarray as xr
 from scipy.interpolate import RegularGridInterpolator
 
 from xnp.data import names as known
-from xnp.data.coords import Layout, elevation_metres, find_coords
+from xnp.data.coords import Layout, find_coords
+from xnp.data.elevation import elevation_metres
 from xnp.errors import CoordinateError, DimensionError, VariableNotFoundError
 
 __all__ = [

@@ -22,7 +22,7 @@ import dask
 import numpy as np
 import xarray as xr
 
-from xnp.data.coords import Layout, elevation_metres, find_coords, latlon, resolve_variables
+from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import (
     PERIODIC_COVARIATES,
     covariate_channels,
@@ -30,6 +30,7 @@ from xnp.data.covariates import (
     interpolate_dem,
     user_covariates,
 )
+from xnp.data.elevation import elevation_metres
 from xnp.data.points import as_dataset
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
 from xnp.units import canonical_units

@@ -1,22 +1,34 @@
-"""Time handling: hours since an epoch for numpy and cftime calendars, time features.
+"""Time: finding the time coordinate, and hours since an epoch for any calendar.
 
-Times become float64 hours since 1970-01-01 00:00 in the data's own calendar
-(:func:`time_hours`); tasks subtract their reference time in float64 before the
-model casts to float32, so no precision is lost on long records.
+:func:`find_time` finds a dataset's time coordinate (by CF metadata, by name, or
+as named) and refuses what cannot be one (undecoded numbers, time zones, a
+long-form table, missing times) with the fix.  Times become float64 hours since
+1970-01-01 00:00 in the data's own calendar (:func:`time_hours`); tasks subtract
+their reference time in float64 before the model casts to float32, so no
+precision is lost on long records.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
+import re
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
-from xnp.errors import ConfigError, CoordinateError, EmptyDataError
+from xnp.data import names as known
+from xnp.data.lookup import XrObj, by_cf, by_name, explicit
+from xnp.errors import ConfigError, CoordinateError, DimensionError, EmptyDataError
 
 __all__ = [
     "check_time_axis",
     "day_and_year_fractions",
+    "find_time",
+    "is_datetime",
     "match_hours",
     "time_hours",
     "validation_cut",
@@ -144,3 +156,228 @@ def validation_cut(n_times: int, fraction: float) -> int:
             "Use more times, a smaller validation fraction, or validation=None."
         )
     return n_times - held_out
+
+
+def is_datetime(values: Any) -> bool:
+    """Whether ``values`` (an array) hold datetimes: numpy ``datetime64`` or cftime objects.
+
+    Examples
+    --------
+    >>> is_datetime(np.array(["2019-03-01"], "datetime64[ns]")), is_datetime(np.arange(2))
+    (True, False)
+    """
+    if np.issubdtype(values.dtype, np.datetime64):
+        return True
+    if values.dtype == object and values.size:
+        return hasattr(values.flat[0], "calendar")
+    return False
+
+
+def _is_tz_aware(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds timezone-aware datetimes.
+
+    pandas keeps them as a ``DatetimeTZDtype`` (whose ``.values`` are naive
+    ``datetime`` objects, so :func:`is_datetime` does not see them); a scalar one is
+    an object holding a ``Timestamp`` with a ``tzinfo``.
+    """
+    if isinstance(coord.dtype, pd.DatetimeTZDtype):
+        return True
+    if coord.dtype == object and coord.size:
+        return getattr(coord.values.flat[0], "tzinfo", None) is not None
+    return False
+
+
+def _is_time_like(coord: xr.DataArray) -> bool:
+    """Whether ``coord`` holds datetimes, naive or timezone-aware."""
+    return is_datetime(coord.values) or _is_tz_aware(coord)
+
+
+def _kwargs(items: Mapping[str, str]) -> str:
+    """Arguments ``name=code`` (or one ``{'name': code}`` mapping) for a suggested call."""
+    if all(k.isidentifier() and not keyword.iskeyword(k) for k in items):
+        return ", ".join(f"{k}={v}" for k, v in items.items())
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in items.items()) + "}"
+
+
+def _tz_aware(obj: XrObj, name: str) -> CoordinateError:
+    """The error for a timezone-aware time coordinate ``name``."""
+    coord = obj[name]
+    if coord.ndim == 1 and name == str(coord.dims[0]):
+        naive = f"ds.indexes[{name!r}].tz_convert(None)"
+    elif coord.ndim == 1:
+        naive = f"({coord.dims[0]!r}, pd.DatetimeIndex(ds[{name!r}].data).tz_convert(None))"
+    else:
+        naive = f"pd.Timestamp(ds[{name!r}].item()).tz_convert(None)"
+    return CoordinateError(
+        f"The time coordinate {name!r} is timezone-aware ({coord.dtype}); xnp needs naive "
+        "times in UTC. Convert it to UTC and drop the timezone: "
+        f"ds = ds.assign_coords({_kwargs({name: naive})})."
+    )
+
+
+#: CF units of an undecoded time, e.g. ``"hours since 2000-01-01"``.
+_TIME_UNITS = re.compile(r"^\s*\w+\s+since\s", re.IGNORECASE)
+
+
+def _time_kind(values: np.ndarray) -> str | None:
+    """What a time-like coordinate holds instead of datetimes (None if not a time at all)."""
+    kind = values.dtype.kind
+    if kind in "iuf":
+        return "numbers"
+    if kind == "m":
+        return "time differences"
+    if kind in "US" or (kind == "O" and values.size and isinstance(values.flat[0], str)):
+        return "strings"
+    return None
+
+
+def _undecoded_time(obj: XrObj) -> str | None:
+    """The first coordinate that looks like time but holds no datetimes, if any.
+
+    A coordinate looks like time when its CF metadata say so (``standard_name``
+    ``time``, ``axis`` ``T``, ...), its units are ``"<unit> since <date>"``, or its
+    name is one of :data:`xnp.data.known.TIME_NAMES`.
+    """
+    coords = [str(n) for n in obj.coords]
+    names = by_cf(obj, "time") + by_name(obj, known.TIME_NAMES, coords_only=True)
+    names += [n for n in coords if _TIME_UNITS.match(str(obj[n].attrs.get("units", "")))]
+    return next((n for n in names if n in coords and _time_kind(obj[n].values)), None)
+
+
+def _not_datetime(obj: XrObj, name: str) -> CoordinateError:
+    """The error for a time coordinate ``name`` that does not hold datetimes."""
+    coord = obj[name]
+    kind = _time_kind(coord.values) or "values"
+    units = str(coord.attrs.get("units", ""))
+    head = (
+        f"The time coordinate {name!r} holds {kind} ({coord.dtype}), not datetimes, so xnp "
+        "cannot use it as time."
+    )
+    if kind == "numbers" and _TIME_UNITS.match(units):
+        fix = (
+            f"Its units {units!r} say how to decode it: ds = xr.decode_cf(ds) (or open the "
+            "file with the default decode_times=True)."
+        )
+    elif kind == "numbers":
+        fix = (
+            "If these are times, give them CF units and decode them: "
+            f"ds[{name!r}].attrs['units'] = 'hours since 2000-01-01'; ds = xr.decode_cf(ds)"
+        )
+        if coord.ndim == 1 and name == str(coord.dims[0]):
+            fix += (
+                f", or assign datetimes: ds = ds.assign_coords({{{name!r}: pd.date_range("
+                f"'2000-01-01', periods=ds.sizes[{name!r}], freq='6h')}})"
+            )
+        fix += "."
+    elif kind == "time differences":
+        fix = (
+            f"Add the reference date: ds = ds.assign_coords({{{name!r}: "
+            f"np.datetime64('2000-01-01', 'ns') + ds[{name!r}]}})."
+        )
+    else:
+        fix = (
+            "Parse them: "
+            f"ds = ds.assign_coords({{{name!r}: ds[{name!r}].astype('datetime64[ns]')}})."
+        )
+    if name not in by_cf(obj, "time") and not _TIME_UNITS.match(units):
+        fix += f" If {name!r} is not a time, rename it: ds = ds.rename({{{name!r}: 'step'}})."
+    return CoordinateError(f"{head} {fix}")
+
+
+def find_time(
+    obj: XrObj, time: str | None, point_dims: tuple[str, ...], locators: tuple[Any, Any]
+) -> tuple[str | None, str | None]:
+    """The time coordinate and its dimension (None for a scalar or per-point time).
+
+    Coordinates identified as time (CF metadata or a name in
+    :data:`xnp.data.known.TIME_NAMES`) come first; another datetime coordinate is
+    taken only if it is scalar or runs along a non-spatial dimension, so a datetime
+    that describes the points (a station's installation date) is not taken as time.
+    """
+    spatial = set(point_dims)
+    if time is not None:
+        name = explicit(obj, time, "time coordinate")
+    else:
+        candidates = by_cf(obj, "time") + by_name(obj, known.TIME_NAMES, coords_only=True)
+        candidates += [
+            str(n)
+            for n, c in obj.coords.items()
+            if not (c.ndim and {str(d) for d in c.dims} <= spatial)
+        ]
+        candidates = [c for c in candidates if _is_time_like(obj[c])]
+        if not candidates:
+            undecoded = _undecoded_time(obj)
+            if undecoded is not None:
+                raise _not_datetime(obj, undecoded)
+            return None, None
+        name = candidates[0]
+    coord = obj[name]
+    if _is_tz_aware(coord):
+        raise _tz_aware(obj, name)
+    if not is_datetime(coord.values):
+        raise _not_datetime(obj, name)
+    if coord.ndim == 0 or set(coord.dims) <= spatial:
+        _check_not_long_form(obj, name, point_dims, locators)
+        _check_no_missing_times(obj, name, point_dims)
+        return name, None  # one time for all, or one time per observation
+    if coord.ndim > 1:
+        raise DimensionError(
+            f"The time coordinate {name!r} has dims {coord.dims}; xnp needs a 1-D, scalar or "
+            "per-point time. Select one forecast step or stack valid times onto one dimension."
+        )
+    _check_no_missing_times(obj, name, point_dims)
+    check_time_axis(time_hours(coord.values), name)
+    return name, str(coord.dims[0])
+
+
+def _check_not_long_form(
+    obj: XrObj, name: str, point_dims: tuple[str, ...], locators: tuple[Any, Any]
+) -> None:
+    """Raise :class:`CoordinateError` when the locators run along the time dimension.
+
+    A long-form table turned into xarray (``df.set_index(["station", "time"])
+    .to_xarray()``) gives latitude/longitude along (station, time), which would make
+    time a spatial dimension.
+    """
+    coord = obj[name]
+    if coord.ndim != 1 or len(point_dims) < 2:
+        return
+    dim = str(coord.dims[0])
+    if dim not in point_dims or (name != dim and dim.lower() not in known.TIME_NAMES):
+        return
+    names = [str(n) for n in locators]
+    along = [n for n in names if dim in obj[n].dims]
+    others = tuple(d for d in point_dims if d != dim)
+    fixed = _kwargs({n: f"ds[{n!r}].max({dim!r})" for n in along})
+    raise CoordinateError(
+        f"The {'/'.join(map(repr, names))} coordinates vary along the time dimension "
+        f"{dim!r} ({', '.join(f'{n!r} has dims {obj[n].dims}' for n in along)}), as in a "
+        "long-form table turned into xarray (df.set_index(['station', 'time']).to_xarray()); "
+        "xnp needs positions that do not depend on time. If the stations do not move, keep "
+        f"one position per station: ds = ds.assign_coords({fixed}). If they do move, make "
+        f"each observation a point: ds = ds.stack(obs={(*others, dim)!r}).reset_index('obs')."
+    )
+
+
+def _check_no_missing_times(obj: XrObj, name: str, point_dims: tuple[str, ...]) -> None:
+    """Raise :class:`CoordinateError` when the time coordinate ``name`` holds NaT."""
+    coord = obj[name]
+    missing = int(np.count_nonzero(pd.isna(coord.values)))
+    if not missing:
+        return
+    head = f"The time coordinate {name!r} has {missing} missing (NaT) time(s)"
+    if coord.ndim == 0:
+        fix = (
+            f"Give it a time, e.g. ds = ds.assign_coords({_kwargs({name: repr('2020-01-01')})}"
+            f"), or drop it: ds = ds.drop_vars({name!r})."
+        )
+    elif coord.ndim == 1:
+        dim = str(coord.dims[0])
+        what = "observations" if dim in point_dims else "times"
+        fix = f"Drop those {what}: ds = ds.isel({_kwargs({dim: f'ds[{name!r}].notnull()'})})."
+    else:
+        fix = (
+            "Single points of a grid cannot be dropped: select a part of the grid where every "
+            "point has a time, or give them valid times."
+        )
+    raise CoordinateError(f"{head}. {fix}")

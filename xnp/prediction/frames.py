@@ -12,7 +12,8 @@ from typing import Any
 
 import xarray as xr
 
-from xnp.data.coords import _is_datetime, find_coords
+from xnp.data.coords import find_coords
+from xnp.data.times import is_datetime
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -112,6 +113,6 @@ def at_time(template: xr.Dataset, frame: xr.Dataset, layout: Any, tmpl_time: Any
     # the template's scalar times (its time, and others such as a valid_time) would
     # label every prediction with the template's moment: dropped
     scalar_times = [
-        str(k) for k, v in template.coords.items() if v.ndim == 0 and _is_datetime(v.values)
+        str(k) for k, v in template.coords.items() if v.ndim == 0 and is_datetime(v.values)
     ]
     return template.drop_vars(scalar_times).assign_coords({layout.time: t})

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from xnp.data.coords import _is_datetime, find_coords, locators_as_coords
+from xnp.data.coords import find_coords, locators_as_coords
+from xnp.data.times import is_datetime
 from xnp.errors import (
     ConfigError,
     XnpError,
@@ -81,7 +82,7 @@ def at_one_place(ds: xr.Dataset, names: Mapping[str, Any], variable: str | None 
     scalar = {
         k: v.set_dims(ONE_PLACE)
         for k, v in ds.variables.items()
-        if v.ndim == 0 and "grid_mapping_name" not in v.attrs and not _is_datetime(v.values)
+        if v.ndim == 0 and "grid_mapping_name" not in v.attrs and not is_datetime(v.values)
     }
     if not scalar:  # (a quick answer for the usual grids and station sets)
         return None
