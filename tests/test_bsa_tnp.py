@@ -4,54 +4,23 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from xnp.arrays import Points
-from xnp.data.gp import GPTasks, sample_gp_batch
+from xnp.data.gp import GPTasks
 from xnp.errors import ConfigError, ShapeError
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.nn.layers import count_params
-from xnp.train import make_optimizer, make_train_step
-
-
-def random_points(key, b, n, *, sphere=False, dim_x=0, mask_frac=None, time=False):
-    ks = jax.random.split(key, 5)
-    if sphere:
-        lat = jnp.rad2deg(jnp.arcsin(jax.random.uniform(ks[0], (b, n), minval=-1, maxval=1)))
-        lon = jax.random.uniform(ks[1], (b, n), minval=-180, maxval=180)
-        s = jnp.stack([lat, lon], -1)
-    else:
-        s = jax.random.uniform(ks[0], (b, n, 2), minval=-2, maxval=2)
-    mask = None if mask_frac is None else jax.random.bernoulli(ks[4], mask_frac, (b, n))
-    t = jax.random.uniform(ks[3], (b, n, 1), maxval=48.0) if time else None
-    return Points.from_arrays(
-        s=s, t=t, x=jax.random.normal(ks[2], (b, n, dim_x)),
-        f=jax.random.normal(ks[3], (b, n, 1)), mask=mask,
-    )  # fmt: skip
-
+from xnp.testing import (
+    Jitted,
+    check_beats_trivial_predictor,
+    check_chunked_prediction,
+    check_context_permutation_invariance,
+    check_padding_is_inert,
+    check_targets_independent,
+    random_points,
+)
 
 EUCLID = BSATNPConfig.tiny(spatial_bias="euclidean", spatial_scale=1.0)
 SPHERE = BSATNPConfig.tiny(spatial_bias="great_circle", temporal_bias=True, dim_x=2)
-
-
-class Jitted:
-    """A model whose forward, condition and predict are jit-compiled (fast tests)."""
-
-    def __init__(self, model):
-        graphdef, self.params = nnx.split(model)
-        merge = lambda p: nnx.merge(graphdef, p)  # noqa: E731
-        self._call = jax.jit(lambda p, c, t: merge(p)(c, t))
-        self._condition = jax.jit(lambda p, c: merge(p).condition(c))
-        self._predict = jax.jit(lambda p, st, t: merge(p).predict(st, t))
-        self.merge = merge
-
-    def __call__(self, ctx, tgt):
-        return self._call(self.params, ctx, tgt)
-
-    def condition(self, ctx):
-        return self._condition(self.params, ctx)
-
-    def predict(self, state, tgt):
-        return self._predict(self.params, state, tgt)
 
 
 @pytest.fixture(scope="module")
@@ -124,57 +93,20 @@ def test_wrong_point_dims_raise(euclid_model, euclid_data):
 
 
 def test_a_context_permutation_invariance(euclid_model, euclid_data):
-    ctx, tgt = euclid_data
-    perm = jax.random.permutation(jax.random.key(5), ctx.size)
-    shuffled = jax.tree.map(lambda a: a[:, perm], ctx)
-    np.testing.assert_allclose(
-        euclid_model(shuffled, tgt)[0], euclid_model(ctx, tgt)[0], atol=1e-5
-    )
+    check_context_permutation_invariance(euclid_model, *euclid_data)
 
 
 def test_b_targets_are_independent(sphere_model):
-    ctx, tgt = sphere_data()
-
-    def means(s, x):
-        return sphere_model(ctx, tgt.replace(s=s, x=x))[0][..., 0]
-
-    jac_s, jac_x = jax.jit(jax.jacrev(means, argnums=(0, 1)))(tgt.s, tgt.x)  # [B, Nt, B, Nt, .]
-    for jac in (jac_s, jac_x):
-        j = jnp.abs(jac).sum(-1)
-        for b in range(2):
-            block = j[b, :, b, :]
-            off = block - jnp.diag(jnp.diag(block))
-            assert float(off.max()) == 0.0
-            assert float(jnp.diag(block).min()) > 0.0
+    check_targets_independent(sphere_model, *sphere_data())
 
 
 def test_c_padding_changes_nothing_and_gets_no_gradient(sphere_model):
-    ctx, tgt = sphere_data()
     junk = random_points(jax.random.key(9), 2, 13, sphere=True, dim_x=2, time=True)
-    junk = junk.replace(mask=jnp.zeros((2, 13), bool), f=junk.f * 100)
-    padded = jax.tree.map(lambda a, b: jnp.concatenate([a, b], 1), ctx, junk)
-    out = sphere_model(ctx, tgt)
-    out_padded = sphere_model(padded, tgt)
-    np.testing.assert_allclose(out_padded[0], out[0], atol=1e-5)
-    np.testing.assert_allclose(out_padded[1], out[1], atol=1e-5)
-
-    def total(f, s, x):
-        p = padded.replace(f=f, s=s, x=x)
-        return jnp.sum(sphere_model(p, tgt)[0])
-
-    grads = jax.jit(jax.grad(total, argnums=(0, 1, 2)))(padded.f, padded.s, padded.x)
-    for g in grads:
-        np.testing.assert_array_equal(g[:, 40:], 0.0)
-        assert float(jnp.abs(g[:, :40]).sum()) > 0
+    check_padding_is_inert(sphere_model, *sphere_data(), junk.replace(f=junk.f * 100))
 
 
 def test_d_chunked_prediction_equals_one_shot(sphere_model):
-    ctx, tgt = sphere_data()
-    state = sphere_model.condition(ctx)
-    mean, std = sphere_model.predict(state, tgt)
-    parts = [sphere_model.predict(state, tgt.slice(a, b)) for a, b in [(0, 7), (7, 20), (20, 25)]]
-    np.testing.assert_allclose(jnp.concatenate([p[0] for p in parts], 1), mean, atol=1e-6)
-    np.testing.assert_allclose(jnp.concatenate([p[1] for p in parts], 1), std, atol=1e-6)
+    check_chunked_prediction(sphere_model, *sphere_data(), cuts=(0, 7, 20))
 
 
 def test_e_translation_invariance_euclidean(euclid_model, euclid_data):
@@ -252,21 +184,7 @@ def test_bsa_model_matches_dense_model_values_and_gradients():
 def test_g_training_beats_the_trivial_predictor():
     tasks = GPTasks(dims=1, n_context=(8, 32), n_target=32, lengthscale=(3.0, 7.0))
     cfg = BSATNPConfig.tiny(spatial_bias="euclidean", dim_s=1, spatial_scale=1.0)
-    graphdef, params = nnx.split(BSATNP(cfg, rngs=nnx.Rngs(0)))
-    tx = make_optimizer(learning_rate=3e-3, final_learning_rate=1e-4, steps=300, warmup_steps=20)
-    opt_state = tx.init(params)
-    step = make_train_step(graphdef, tx, lambda m, batch: m.loss(*batch))
-    sample = jax.jit(lambda k: sample_gp_batch(k, tasks, batch_size=16))
-    for key in jax.random.split(jax.random.key(0), 300):
-        params, opt_state, _ = step(params, opt_state, sample(key))
-    loss = jax.jit(lambda p, batch: nnx.merge(graphdef, p).loss(*batch))
-    nll, trivial = [], []
-    for key in jax.random.split(jax.random.key(1), 4):
-        ctx, tgt, y = sample(key)
-        nll.append(float(loss(params, (ctx, tgt, y))))
-        trivial.append(float(0.5 * jnp.log(2 * jnp.pi) + 0.5 * jnp.mean(y**2)))
-    # zero-mean unit-variance prediction scores ≈ 1.42 nats; a trained NP far less
-    assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)
+    check_beats_trivial_predictor(BSATNP(cfg, rngs=nnx.Rngs(0)), tasks, batch_size=16)
 
 
 @pytest.mark.parametrize(("b", "nq", "dim"), [(1, 6, 2), (1, 5, 1), (3, 4, 3)])

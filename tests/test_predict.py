@@ -14,6 +14,7 @@ from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpWarning
 from xnp.models.config import BSATNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.neural_process import load as xnp_load
+from xnp.testing import ComputeCounter
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +34,6 @@ def grid(ny=12, nx=15):
     )
 
 
-class CountingScheduler:
-    """A dask scheduler that counts how often it is asked to compute."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, dsk, keys, **kwargs):
-        self.calls += 1
-        return dask.get(dsk, keys, **kwargs)
-
-
 def test_gridded_targets_are_labelled(model, data):
     t0 = data.time.values[1]
     out = predict(model, data, grid(), time=t0)
@@ -60,7 +50,7 @@ def test_gridded_targets_are_labelled(model, data):
 def test_lazy_equals_eager_and_builds_without_computing(model, data):
     t0 = data.time.values[0]
     eager = predict(model, data, grid(), time=t0)
-    counter = CountingScheduler()
+    counter = ComputeCounter()
     with dask.config.set(scheduler=counter):
         lazy = predict(model, data, grid(), time=t0, chunks={"lat": 5, "lon": 8})
         assert counter.calls == 0
@@ -110,7 +100,7 @@ def test_targets_beyond_the_context_radius_are_refused_before_any_work(model, da
     t0 = data.time.values[0]
     far = xr.Dataset(coords={"lat": grid().lat, "lon": np.r_[grid().lon.values, 25.0]})
     for chunks in (None, {"lon": 4}):
-        counter = CountingScheduler()
+        counter = ComputeCounter()
         refused = pytest.raises(EmptyDataError, match=r"12 of 192 target points .*=300 km")
         with dask.config.set(scheduler=counter), refused:
             predict(model, data, far, time=t0, context_radius="300km", chunks=chunks)
@@ -391,7 +381,7 @@ def test_lazy_covariates_are_read_per_block_and_missing_ones_give_nan(data):
     assert int(eager["t2m_mean"].isnull().sum()) == 5
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "[0-9,]+ of [0-9,]+ points have a missing", XnpWarning)
-        counter = CountingScheduler()
+        counter = ComputeCounter()
         lazy_land = template.assign(land=template.land.chunk({"lon": 4}))  # other chunks
         with dask.config.set(scheduler=counter):
             lazy = predict(model, with_land, lazy_land, time=t0, chunks={"lat": 5, "lon": 6})

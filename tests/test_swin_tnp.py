@@ -8,11 +8,18 @@ import xarray as xr
 from flax import nnx
 
 from xnp.arrays import Points
-from xnp.data.gp import GPTasks, sample_gp_batch
+from xnp.data.gp import GPTasks
 from xnp.errors import ConfigError, ShapeError, XnpWarning
 from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig
 from xnp.nn.layers import count_params
-from xnp.train import make_optimizer, make_train_step
+from xnp.testing import (
+    Jitted,
+    check_beats_trivial_predictor,
+    check_chunked_prediction,
+    check_context_permutation_invariance,
+    check_padding_is_inert,
+    random_points,
+)
 
 BOX = ((-2.0, 2.0), (-2.0, 2.0))
 PLANE = SwinTNPConfig.tiny(geometry="plane", extent=BOX, dim_x=1)
@@ -22,43 +29,6 @@ PLANE_TE = SwinTNPConfig.tiny(
     geometry="plane", extent=BOX, translation_equivariant=True, grid_anchor="context"
 )
 SPHERE_TE = SPHERE.replace(translation_equivariant=True, embed_t=False)
-
-
-def random_points(key, b, n, *, sphere=False, dim_x=0, mask_frac=None, box=1.5):
-    ks = jax.random.split(key, 5)
-    if sphere:
-        lat = jnp.rad2deg(jnp.arcsin(jax.random.uniform(ks[0], (b, n), minval=-1, maxval=1)))
-        lon = jax.random.uniform(ks[1], (b, n), minval=-180, maxval=180)
-        s = jnp.stack([lat, lon], -1)
-    else:
-        s = jax.random.uniform(ks[0], (b, n, 2), minval=-box, maxval=box)
-    mask = None if mask_frac is None else jax.random.bernoulli(ks[4], mask_frac, (b, n))
-    return Points.from_arrays(
-        s=s, t=jax.random.uniform(ks[3], (b, n, 1), maxval=48.0),
-        x=jax.random.normal(ks[2], (b, n, dim_x)), f=jax.random.normal(ks[3], (b, n, 1)),
-        mask=mask,
-    )  # fmt: skip
-
-
-class Jitted:
-    """A model whose forward, condition and predict are jit-compiled (fast tests)."""
-
-    def __init__(self, model):
-        graphdef, self.params = nnx.split(model)
-        merge = lambda p: nnx.merge(graphdef, p)  # noqa: E731
-        self._call = jax.jit(lambda p, c, t: merge(p)(c, t))
-        self._condition = jax.jit(lambda p, c: merge(p).condition(c))
-        self._predict = jax.jit(lambda p, st, t: merge(p).predict(st, t))
-        self.merge = merge
-
-    def __call__(self, ctx, tgt):
-        return self._call(self.params, ctx, tgt)
-
-    def condition(self, ctx):
-        return self._condition(self.params, ctx)
-
-    def predict(self, state, tgt):
-        return self._predict(self.params, state, tgt)
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +42,14 @@ def sphere_model():
 
 
 def plane_data(key=0):
-    ctx = random_points(jax.random.key(key), 2, 60, dim_x=1, mask_frac=0.8)
-    tgt = random_points(jax.random.key(key + 1), 2, 25, dim_x=1)
+    ctx = random_points(jax.random.key(key), 2, 60, dim_x=1, mask_frac=0.8, time=True, box=1.5)
+    tgt = random_points(jax.random.key(key + 1), 2, 25, dim_x=1, time=True, box=1.5)
     return ctx, tgt
 
 
 def sphere_data(key=2):
-    ctx = random_points(jax.random.key(key), 2, 60, sphere=True)
-    tgt = random_points(jax.random.key(key + 1), 2, 25, sphere=True)
+    ctx = random_points(jax.random.key(key), 2, 60, sphere=True, time=True, box=1.5)
+    tgt = random_points(jax.random.key(key + 1), 2, 25, sphere=True, time=True, box=1.5)
     return ctx, tgt
 
 
@@ -139,40 +109,20 @@ def test_wrong_point_dims_raise(plane_model):
 
 def test_a_chunked_targets_equal_one_shot(sphere_model):
     ctx, tgt = sphere_data()
-    state = sphere_model.condition(ctx)
-    mean, std = sphere_model.predict(state, tgt)
+    mean, std = check_chunked_prediction(sphere_model, ctx, tgt, cuts=range(0, 25, 5))
     assert bool(jnp.isfinite(mean).all())
     assert bool((std > 0).all())
-    parts = [sphere_model.predict(state, tgt.slice(a, a + 5)) for a in range(0, 25, 5)]
-    np.testing.assert_allclose(jnp.concatenate([p[0] for p in parts], 1), mean, atol=1e-6)
-    np.testing.assert_allclose(jnp.concatenate([p[1] for p in parts], 1), std, atol=1e-6)
     np.testing.assert_allclose(sphere_model(ctx, tgt)[0], mean, atol=1e-6)
 
 
 def test_b_padding_changes_nothing_and_gets_no_gradient(plane_model):
-    ctx, tgt = plane_data()
-    junk = random_points(jax.random.key(9), 2, 20, dim_x=1)
-    junk = junk.replace(mask=jnp.zeros((2, 20), bool), f=junk.f * 100)
-    padded = jax.tree.map(lambda a, b: jnp.concatenate([a, b], 1), ctx, junk)
-    out, out_padded = plane_model(ctx, tgt), plane_model(padded, tgt)
-    np.testing.assert_allclose(out_padded[0], out[0], atol=1e-5)
-    np.testing.assert_allclose(out_padded[1], out[1], atol=1e-5)
-
-    def total(f, s, x):
-        return jnp.sum(plane_model(padded.replace(f=f, s=s, x=x), tgt)[0])
-
-    grads = jax.jit(jax.grad(total, argnums=(0, 1, 2)))(padded.f, padded.s, padded.x)
-    for g in grads:
-        assert bool(jnp.isfinite(g).all())
-        np.testing.assert_array_equal(g[:, 60:], 0.0)
-        assert float(jnp.abs(g[:, :60]).sum()) > 0
+    junk = random_points(jax.random.key(9), 2, 20, dim_x=1, time=True, box=1.5)
+    check_padding_is_inert(plane_model, *plane_data(), junk.replace(f=junk.f * 100))
 
 
 def test_c_context_permutation_invariance_and_empty_context(plane_model):
     ctx, tgt = plane_data()
-    perm = jax.random.permutation(jax.random.key(5), ctx.size)
-    shuffled = jax.tree.map(lambda a: a[:, perm], ctx)
-    np.testing.assert_allclose(plane_model(shuffled, tgt)[0], plane_model(ctx, tgt)[0], atol=1e-5)
+    check_context_permutation_invariance(plane_model, ctx, tgt)
     mean, std = plane_model(ctx.replace(mask=jnp.zeros_like(ctx.mask)), tgt)
     assert bool(jnp.isfinite(mean).all())
     assert bool((std > 0).all())
@@ -198,8 +148,8 @@ def test_d_longitude_wraps_across_the_dateline():
 
 def test_e_equivariant_variant_invariant_to_whole_cell_shifts_plane():
     model = Jitted(SwinTNP(PLANE_TE, rngs=nnx.Rngs(2)))
-    ctx = random_points(jax.random.key(3), 2, 60, box=1.5)
-    tgt = random_points(jax.random.key(4), 2, 25, box=1.5)
+    ctx = random_points(jax.random.key(3), 2, 60, box=1.5, time=True)
+    tgt = random_points(jax.random.key(4), 2, 25, box=1.5, time=True)
     shift = jnp.array([1.5, -1.0])[None, None]  # (3, -2) cells of 0.5
     move = lambda p: p.replace(s=p.s + shift)  # noqa: E731
     mean, std = model(ctx, tgt)
@@ -228,21 +178,7 @@ def test_g_training_beats_the_trivial_predictor():
         dims=2, n_context=(64, 128), n_target=64, domain=(-2.0, 2.0), lengthscale=(7.0, 3.0)
     )
     cfg = SwinTNPConfig.tiny(geometry="plane", extent=BOX)
-    graphdef, params = nnx.split(SwinTNP(cfg, rngs=nnx.Rngs(0)))
-    tx = make_optimizer(learning_rate=3e-3, final_learning_rate=1e-4, steps=300, warmup_steps=20)
-    opt_state = tx.init(params)
-    step = make_train_step(graphdef, tx, lambda m, batch: m.loss(*batch))
-    sample = jax.jit(lambda k: sample_gp_batch(k, tasks, batch_size=8))
-    for key in jax.random.split(jax.random.key(0), 300):
-        params, opt_state, _ = step(params, opt_state, sample(key))
-    loss = jax.jit(lambda p, batch: nnx.merge(graphdef, p).loss(*batch))
-    nll, trivial = [], []
-    for key in jax.random.split(jax.random.key(1), 4):
-        ctx, tgt, y = sample(key)
-        nll.append(float(loss(params, (ctx, tgt, y))))
-        trivial.append(float(0.5 * jnp.log(2 * jnp.pi) + 0.5 * jnp.mean(y**2)))
-    # zero-mean unit-variance prediction scores ≈ 1.42 nats; a trained NP far less
-    assert np.mean(nll) < np.mean(trivial) - 0.6, (nll, trivial)
+    check_beats_trivial_predictor(SwinTNP(cfg, rngs=nnx.Rngs(0)), tasks, batch_size=8)
 
 
 def test_preset_grid_fits_regional_data_and_stays_global_for_global_data(tmp_path):
