@@ -7,8 +7,10 @@ import xarray as xr
 
 import xnp
 import xnp.api.predict
-from xnp.cli import format_table, main, parse_chunks, write_dataset
+from xnp.cli import format_table, main
+from xnp.cli.options import parse_chunks
 from xnp.errors import XnpError
+from xnp.storage import write_dataset
 
 PNG = b"\x89PNG\r\n\x1a\n"
 COMMANDS = ("demo", "fit", "predict", "evaluate")
@@ -267,13 +269,13 @@ def test_format_table_and_chunks():
 
 
 def test_validation_option_takes_a_fraction_or_dates(capsys):
-    from xnp.cli import _validation
+    from xnp.cli.options import parse_validation
 
-    assert _validation("0.2") == 0.2
-    assert _validation("2019-03-17/2019-03-18") == slice("2019-03-17", "2019-03-18")
-    assert _validation("2019-03-17/") == slice("2019-03-17", None)
-    assert _validation("2019-03-20") == "2019-03-20"
-    assert _validation("2019") == "2019"  # a year, not a fraction
+    assert parse_validation("0.2") == 0.2
+    assert parse_validation("2019-03-17/2019-03-18") == slice("2019-03-17", "2019-03-18")
+    assert parse_validation("2019-03-17/") == slice("2019-03-17", None)
+    assert parse_validation("2019-03-20") == "2019-03-20"
+    assert parse_validation("2019") == "2019"  # a year, not a fraction
     for bad in ("1.5", "a/b/c", "/"):
         assert main(["fit", "data.nc", "t2m", "--validation", bad]) == 2
         assert "argument --validation: expected a" in capsys.readouterr().err
@@ -491,7 +493,7 @@ def test_warnings_are_one_line_messages(capsys, files, tmp_path, monkeypatch):
 
 
 def test_the_demo_plot_is_written_atomically(tmp_path):
-    from xnp.cli import _save_figure
+    from xnp.storage import save_figure
 
     class Interrupted:
         def savefig(self, path, **kwargs):
@@ -501,28 +503,28 @@ def test_the_demo_plot_is_written_atomically(tmp_path):
 
     (tmp_path / "prediction.png").write_bytes(PNG + b"previous")
     with pytest.raises(KeyboardInterrupt):
-        _save_figure(Interrupted(), tmp_path / "prediction.png")
+        save_figure(Interrupted(), tmp_path / "prediction.png")
     assert (tmp_path / "prediction.png").read_bytes() == PNG + b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["prediction.png"]
 
 
 def test_the_demo_grid_of_a_region_across_the_antimeridian_is_regional():
-    from xnp.cli import _demo_grid
+    from xnp.cli.demo import demo_grid
 
     fiji = xr.Dataset(
         {"t": ("station", [290.0, 291.0, 292.0, 293.0])},
         coords={"lat": ("station", [-20.0, -18.0, -16.0, -14.0]),
                 "lon": ("station", [170.0, 178.0, -178.0, -170.0])},
     )  # fmt: skip
-    lon = _demo_grid(fiji, "t", 2.0)["lon"].values
+    lon = demo_grid(fiji, "t", 2.0)["lon"].values
     np.testing.assert_allclose(lon, np.arange(170.0, 191.0, 2.0))  # not 180 global columns
-    lon = _demo_grid(fiji.assign_coords(lon=("station", [-10.0, -5.0, 0.0, 2.0])), "t", 2.0)
+    lon = demo_grid(fiji.assign_coords(lon=("station", [-10.0, -5.0, 0.0, 2.0])), "t", 2.0)
     np.testing.assert_allclose(lon["lon"].values, np.arange(-10.0, 3.0, 2.0))
 
 
 def test_a_netcdf_file_named_zarr_is_read_back(tmp_path):
     # `xnp predict ... --out p.zarr --format netcdf` writes one; evaluate must read it
-    from xnp.cli import open_data
+    from xnp.storage import open_data
 
     path = write_dataset(xr.Dataset({"a": ("x", [1.0, 2.0])}), tmp_path / "p.zarr",
                          fmt="netcdf")  # fmt: skip

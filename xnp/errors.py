@@ -18,6 +18,7 @@ __all__ = [
     "MissingDependencyError",
     "NativeKernelError",
     "ShapeError",
+    "UsageError",
     "VariableNotFoundError",
     "XnpError",
     "XnpWarning",
@@ -79,6 +80,14 @@ class NativeKernelError(XnpError, RuntimeError):
 
     The message says what failed (no C++ compiler, a compiler error); unset
     ``XNP_NATIVE`` (or set it to ``0``) to use the pure-JAX computation instead.
+    """
+
+
+class UsageError(XnpError, ValueError):
+    """The arguments asked for are inconsistent, e.g. an output whose format has no name.
+
+    The ``xnp`` command reports it as an invalid command line (exit status 2), with
+    its usage line; :func:`xnp.storage.output_format` raises it too.
     """
 
 

@@ -1,0 +1,106 @@
+"""``xnp fit``: train a neural process on a file and save it.
+
+Imports :mod:`xnp.api.fit` and the training settings only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from xnp.cli.checks import check_model_out, check_variables, open_sources, time_dim
+from xnp.errors import ConfigError, UsageError
+from xnp.storage import open_data
+
+__all__ = ["run_fit", "train_config"]
+
+log = logging.getLogger(__name__)
+
+
+def train_config(steps: int, **overrides: Any) -> Any:
+    """A TrainConfig whose logging and validation intervals suit a run of ``steps``.
+
+    Parameters
+    ----------
+    steps : int
+        Optimisation steps of the run.
+    **overrides
+        Further fields of :class:`xnp.train.TrainConfig`.
+
+    Returns
+    -------
+    TrainConfig
+    """
+    from xnp.train import TrainConfig
+
+    log_every = min(50, steps)
+    validate_every = log_every * max(1, min(250, steps) // log_every)
+    return TrainConfig(log_every=log_every, validate_every=validate_every,
+                       checkpoint_every=validate_every * 2, **overrides)  # fmt: skip
+
+
+def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
+    """``xnp fit``: train a neural process on DATA and save it to ``--out``.
+
+    The options are checked, and ``--out`` with them, before any training.
+
+    Parameters
+    ----------
+    args : Namespace
+        The parsed command line.
+    files : ExitStack
+        Closes the files opened when the command ends.
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
+    from xnp.api.fit import fit
+    from xnp.api.sizes import DEFAULT_MAX_POINTS
+    from xnp.data.tasks import SpatialTasks
+
+    if args.max_points is not None and args.tasks != "spatial":
+        raise UsageError(
+            "--max-points caps the points of spatial tasks (--tasks spatial); --tasks auto "
+            f"caps its tasks at {DEFAULT_MAX_POINTS} points. Leave out one of the two."
+        )
+    out = Path(args.out).expanduser()
+    if args.checkpoint_dir and Path(args.checkpoint_dir).expanduser().resolve() == out.resolve():
+        raise UsageError(
+            "--out and --checkpoint-dir must be different folders: the model saved at the "
+            "end would have to replace the checkpoints."
+        )
+    check_model_out(out)  # before training, not after it
+    data = files.enter_context(open_data(args.data))
+    variables = args.variable
+    check_variables(data, variables, "data")
+    validation: float | str | slice | None = args.validation or None
+    if validation is not None and time_dim(data, variables[0]) is None:
+        if not isinstance(validation, float):  # dates given: they cannot be held out
+            v = validation
+            shown = f"{v.start or ''}/{v.stop or ''}" if isinstance(v, slice) else v
+            raise ConfigError(
+                f"--validation {shown} holds out times, but the data has no time "
+                f"axis; leave --validation out, or give data of {variables[0]!r} over time."
+            )
+        log.info("the data has no time axis: training without validation")
+        validation = None
+    max_points = args.max_points or DEFAULT_MAX_POINTS
+    tasks = (SpatialTasks(max_context=max_points, max_targets=max_points)
+             if args.tasks == "spatial" else None)  # fmt: skip
+    model = fit(
+        data, variables, model=args.model, covariates=args.covariates, tasks=tasks,
+        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
+        resume=args.resume, progress=args.progress, config=train_config(args.steps),
+        context_sources=open_sources(args, files),
+    )  # fmt: skip
+    path = model.save(out)
+    for line in repr(model).splitlines():
+        log.info("%s", line)
+    print(f"model: {path}")
+    return 0
