@@ -18,8 +18,8 @@ from xnp.baselines import (
     InverseDistanceWeighting,
     OrdinaryKriging,
     Persistence,
-    _neg_log_marginal,
 )
+from xnp.baselines.gaussian_process import _neg_log_marginal
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, XnpError
 from xnp.geo import great_circle_distance
 from xnp.geo.distance import EARTH_RADIUS_KM
