@@ -22,7 +22,10 @@ from xnp.errors import (
     VariableNotFoundError,
     XnpWarning,
 )
-from xnp.scoring.evaluation import METRICS, UnmatchedPointsWarning, evaluate, pit, plot_calibration
+from xnp.plot import plot_calibration
+from xnp.scoring.align import UnmatchedPointsWarning
+from xnp.scoring.evaluation import evaluate, pit
+from xnp.scoring.scores import METRICS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

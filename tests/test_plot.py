@@ -202,18 +202,13 @@ def test_history_of_several_variables_keeps_each_ones_units(tmp_path):
     assert labels == ["val_rmse t2m (K)", "val_rmse u10"]
 
 
-def test_plot_calibration_is_the_one_in_evaluate(gridded, monkeypatch, tmp_path):
-    evaluate = pytest.importorskip("xnp.scoring.evaluation")
-    calls = []
-
-    def fake(*args, **kwargs):
-        calls.append((args, kwargs))
-        return "figure"
-
-    monkeypatch.setattr(evaluate, "plot_calibration", fake)
-    assert plot.plot_calibration(gridded, gridded, bins=5) == "figure"
-    assert calls == [((gridded, gridded), {"bins": 5})]
-    monkeypatch.undo()
+def test_plot_calibration_is_one_function_in_plot(gridded, tmp_path):
+    # the implementation moved from xnp.scoring.evaluation to xnp.plot.diagnostics:
+    # there is no wrapper left to delegate, so check that there is one function
+    diagnostics = pytest.importorskip("xnp.plot.diagnostics")
+    evaluation = pytest.importorskip("xnp.scoring.evaluation")
+    assert plot.plot_calibration is diagnostics.plot_calibration
+    assert not hasattr(evaluation, "plot_calibration")
 
     truth = gridded["t2m_mean"].rename("t2m").to_dataset()
     hist_ax, _ = plot.plot_calibration(gridded, truth, bins=5)

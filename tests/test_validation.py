@@ -11,7 +11,8 @@ import xnp
 from xnp.baselines import InverseDistanceWeighting
 from xnp.errors import ConfigError, DimensionError
 from xnp.scoring.cross_validation import BlockKFold, LeaveOneOut, cross_val_predict, cross_validate
-from xnp.scoring.evaluation import METRICS, evaluate
+from xnp.scoring.evaluation import evaluate
+from xnp.scoring.scores import METRICS
 
 
 def station_data(n=40, nt=None, seed=0, nan_fraction=0.0):

@@ -1,16 +1,12 @@
-"""Maps of predictions and observations, learning curves, calibration (matplotlib).
+"""Maps of predictions and observations: ``plot_prediction`` and ``plot_stations``.
 
-Every function returns a :class:`matplotlib.figure.Figure` built without pyplot: no
-window opens, nothing is registered with pyplot's figure manager (so nothing leaks
-in loops), and a notebook shows the figure once, as the cell's value.  Save it with
-``fig.savefig("map.png")``.
-
-matplotlib is an optional dependency (``pip install 'xnp[plot]'``) and is imported
-only when a plot is made.  When `cartopy <https://scitools.org.uk/cartopy>`_ is
-importable and its Natural Earth coastlines are already on disk, maps are drawn on
-a Plate Carrée projection with coastlines; otherwise on plain longitude/latitude
-axes (``coastlines=True`` or ``False`` forces either, and ``True`` lets cartopy
-download the coastlines).
+Each function returns a :class:`matplotlib.figure.Figure` built without pyplot (see
+:mod:`xnp.plot`).  When `cartopy <https://scitools.org.uk/cartopy>`_ is importable
+and its Natural Earth coastlines are already on disk, maps are drawn on a Plate
+Carrée projection with coastlines; otherwise on plain longitude/latitude axes
+(``coastlines=True`` or ``False`` forces either, and ``True`` lets cartopy download
+the coastlines).  This module picks the variable and the time to draw; the figures
+and panels are :mod:`xnp.plot.canvas`'s.
 
 Examples
 --------
@@ -29,80 +25,27 @@ Examples
 
 from __future__ import annotations
 
-import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
-from xnp.data.coords import find_coords, latlon, locators_as_coords
+from xnp.data.coords import find_coords, locators_as_coords
 from xnp.data.points import to_points
 from xnp.errors import (
     ConfigError,
     CoordinateError,
     DimensionError,
-    MissingDependencyError,
     VariableNotFoundError,
 )
 from xnp.geo.sphere import into_frame, longitude_frame
+from xnp.plot.canvas import Field, finish_axes, map_projection, new_figure, scatter
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from xnp.neural_process import NeuralProcess
-
-__all__ = [
-    "MissingDependencyError",
-    "plot_calibration",
-    "plot_history",
-    "plot_prediction",
-    "plot_stations",
-]
-
-
-def _figure_class() -> type[Figure]:
-    """The Figure class of matplotlib, or a clear error naming the extra to install."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise MissingDependencyError(
-            "xnp's plots need matplotlib, which is not installed; install it with "
-            "pip install 'xnp[plot]' (or pip install matplotlib)."
-        ) from err
-    return Figure
-
-
-def _coastlines_on_disk() -> bool:
-    """Whether cartopy is importable and has its 110m Natural Earth coastlines locally."""
-    try:
-        import cartopy
-        from cartopy.io import Downloader
-    except ImportError:
-        return False
-    spec = {"config": cartopy.config, "category": "physical", "name": "coastline",
-            "resolution": "110m"}  # fmt: skip
-    try:
-        loader = Downloader.from_config(("shapefiles", "natural_earth", "physical"))
-        paths = [loader.pre_downloaded_path(spec), loader.target_path(spec)]
-    except (KeyError, ValueError, AttributeError):  # an unusual cartopy configuration
-        return False
-    return any(p and os.path.exists(p) for p in paths)
-
-
-def _map_projection(coastlines: bool | None) -> Any:
-    """The PlateCarree projection of cartopy when coastlines are drawn, else None (plain axes)."""
-    if coastlines is False or (coastlines is None and not _coastlines_on_disk()):
-        return None
-    try:
-        import cartopy.crs as ccrs
-    except ImportError as err:
-        raise MissingDependencyError(
-            "coastlines=True needs cartopy, which is not installed (pip install cartopy); "
-            "pass coastlines=False or leave it to the default to draw plain axes."
-        ) from err
-    return ccrs.PlateCarree()
+__all__ = ["plot_prediction", "plot_stations"]
 
 
 def _label(attrs: dict[Hashable, Any], fallback: str) -> str:
@@ -224,128 +167,6 @@ def _time_text(obj: xr.Dataset | xr.DataArray, name: str) -> str:
     return _format_time(obj[time].values)
 
 
-class _Field:
-    """One variable over space at one time: gridded (``mesh``) or scattered points."""
-
-    def __init__(self, obj: xr.Dataset, name: str) -> None:
-        layout = find_coords(obj, name)
-        da = obj[name]
-        lat_grid, lon_grid = latlon(obj, layout)  # checks units, range, NaN: xnp errors
-        if layout.kind == "grid":
-            lat_dim, lon_dim = obj[layout.lat].dims[0], obj[layout.lon].dims[0]
-            da = da.transpose(lat_dim, lon_dim)
-            self.lon = np.asarray(obj[layout.lon].values, np.float64)
-            self.lat = np.asarray(obj[layout.lat].values, np.float64)
-            self.values = np.asarray(da.values, np.float64)
-            self.mesh = min(self.values.shape) > 1
-            self.columns = self.mesh  # a 1-D longitude per column, kept increasing
-            if not self.mesh:  # one row or column has no cell width: draw its points
-                lon2, lat2 = np.meshgrid(self.lon, self.lat)
-                self.lon, self.lat, self.values = lon2.ravel(), lat2.ravel(), self.values.ravel()
-        else:
-            self.columns = False
-            self.lat, self.lon = lat_grid, lon_grid
-            self.values = np.asarray(da.transpose(*layout.point_dims).values, np.float64)
-            # a curvilinear or projected grid of one row or column has no cell height
-            self.mesh = len(layout.point_dims) == 2 and min(self.values.shape) > 1
-            if not self.mesh:
-                self.lat, self.lon = self.lat.ravel(), self.lon.ravel()
-                self.values = self.values.ravel()
-        self.attrs = dict(da.attrs)
-        self.wrap_to(-180.0)
-
-    def wrap_to(self, start: float) -> None:
-        """Express the longitudes in ``[start, start + 360)`` (see :func:`longitude_frame`)."""
-        self.lon = into_frame(self.lon, start)
-        if self.columns:
-            order = np.argsort(self.lon, kind="stable")
-            self.lon, self.values = self.lon[order], self.values[:, order]
-
-    def wraps(self) -> bool:
-        """Whether a 2-D (curvilinear) grid has neighbours on both sides of the map's seam.
-
-        Around a pole, or across the edge of the longitude window, neighbouring
-        cells are about 360° apart on the map: a mesh would smear them over it.
-        """
-        if np.ndim(self.lon) != 2:
-            return False
-        steps = [np.abs(np.diff(self.lon, axis=a)) for a in (0, 1)]
-        return any(bool(np.any(d[np.isfinite(d)] > 180.0)) for d in steps)
-
-    def draw(self, ax: Axes, *, size: float | None = None, **style: Any) -> Any:
-        """Draw on ``ax`` (pcolormesh or scatter); return the artist, for a colorbar."""
-        if self.mesh and not self.wraps():
-            artist = ax.pcolormesh(self.lon, self.lat, self.values, shading="auto", **style)
-        else:  # scattered points, or a grid around a pole: one dot per point
-            lon, lat, values = np.ravel(self.lon), np.ravel(self.lat), np.ravel(self.values)
-            artist = _scatter(ax, lon, lat, values, size=size, **style)
-        return artist
-
-
-def _scatter(
-    ax: Axes,
-    lon: np.ndarray,
-    lat: np.ndarray,
-    values: np.ndarray,
-    *,
-    size: float | None,
-    **style: Any,
-) -> Any:
-    """Dots coloured by value, smaller when there are many."""
-    n = max(int(np.size(values)), 1)
-    size = size if size is not None else float(np.clip(6000.0 / n, 6.0, 60.0))
-    return ax.scatter(np.ravel(lon), np.ravel(lat), c=np.ravel(values), s=size,
-                      edgecolors="k", linewidths=0.3, **style)  # fmt: skip
-
-
-def _finish_axes(
-    ax: Axes, lon: np.ndarray, lat: np.ndarray, projection: Any, central: float = 0.0
-) -> None:
-    """Limits, labels and aspect of a map panel covering ``lon``/``lat``.
-
-    ``central`` is the central longitude of cartopy axes (see :func:`_new_figure`).
-    """
-    lon, lat = np.ravel(lon), np.ravel(lat)
-    lon0, lon1 = float(np.nanmin(lon)), float(np.nanmax(lon))
-    lat0, lat1 = float(np.nanmin(lat)), float(np.nanmax(lat))
-    pad_lon = max(0.03 * (lon1 - lon0), 0.5)
-    pad_lat = max(0.03 * (lat1 - lat0), 0.5)
-    if lon0 >= -180.0 and lon1 <= 180.0:
-        lon0, lon1 = max(lon0 - pad_lon, -180.0), min(lon1 + pad_lon, 180.0)
-    else:  # a window across the antimeridian (see longitude_frame)
-        lon0, lon1 = lon0 - pad_lon, min(lon1 + pad_lon, lon0 - pad_lon + 360.0)
-    lat0, lat1 = max(lat0 - pad_lat, -90.0), min(lat1 + pad_lat, 90.0)
-    if projection is not None:
-        # in the axes' own frame, centred on the data (across the antimeridian, too)
-        ax.set_extent([lon0 - central, lon1 - central, lat0, lat1], crs=ax.projection)
-        ax.coastlines(resolution="110m", linewidth=0.6)
-        grid = ax.gridlines(draw_labels=True, linewidth=0.3, alpha=0.5)
-        grid.top_labels = grid.right_labels = False
-        return
-    ax.set_xlim(lon0, lon1)
-    ax.set_ylim(lat0, lat1)
-    # degrees of longitude shrink with latitude: keep shapes right at mid-latitude
-    ax.set_aspect(1.0 / max(np.cos(np.deg2rad(0.5 * (lat0 + lat1))), 0.2), adjustable="box")
-    if lon1 > 180.0:  # across the antimeridian: label 190 as -170, as east longitudes
-        ax.xaxis.set_major_formatter(lambda x, _: f"{(x + 180.0) % 360.0 - 180.0:g}")
-    ax.set_xlabel("longitude (°E)")
-    ax.set_ylabel("latitude (°N)")
-    ax.grid(alpha=0.3, linewidth=0.5)
-
-
-def _new_figure(
-    n_panels: int, projection: Any, figsize: tuple[float, float] | None, central: float = 0.0
-) -> tuple[Figure, list[Axes]]:
-    """A figure of ``n_panels`` maps; cartopy axes are centred on longitude ``central``."""
-    figure = _figure_class()
-    fig = figure(figsize=figsize or (4.6 * n_panels + 0.6, 4.0), layout="constrained")
-    kw = {}
-    if projection is not None:  # the data stay in PlateCarree(); the axes are turned
-        kw["projection"] = type(projection)(central_longitude=central)
-    axes = [fig.add_subplot(1, n_panels, i + 1, **kw) for i in range(n_panels)]
-    return fig, axes
-
-
 def _context_points(
     context: xr.Dataset | xr.DataArray, variable: str, pred_time: Any, time: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -434,7 +255,7 @@ def plot_prediction(
     pred, _ = locators_as_coords(pred)
     pred = _one_time(pred[[mean_name, std_name]], mean_name, time, "prediction")
     pred = pred.compute()  # a lazy prediction runs once for both fields, not once each
-    mean, std = _Field(pred, mean_name), _Field(pred, std_name)
+    mean, std = Field(pred, mean_name), Field(pred, std_name)
     points = None
     if context is not None:
         points = _context_points(context, variable, _scalar_time(pred, mean_name), time)
@@ -444,8 +265,8 @@ def plot_prediction(
     if points is not None:
         points = (points[0], into_frame(points[1], start), points[2])
 
-    projection = _map_projection(coastlines)
-    fig, axes = _new_figure(3 if points is not None else 2, projection, figsize, central)
+    projection = map_projection(coastlines)
+    fig, axes = new_figure(3 if points is not None else 2, projection, figsize, central)
     transform = {"transform": projection} if projection is not None else {}
     finite = [mean.values[np.isfinite(mean.values)]]
     if points is not None:
@@ -461,7 +282,7 @@ def plot_prediction(
     if points is not None:
         lat, lon, val = points
         ax = panels.pop(0)
-        artist = _scatter(ax, lon, lat, val, size=None, cmap=cmap, **limits, **transform)
+        artist = scatter(ax, lon, lat, val, size=None, cmap=cmap, **limits, **transform)
         fig.colorbar(artist, ax=ax, label=value_label, shrink=0.85)
         ax.set_title(f"Context ({lat.size} observations)")
         all_lon.append(lon)
@@ -479,7 +300,7 @@ def plot_prediction(
         ax_std.plot(points[1], points[0], "k.", markersize=2, alpha=0.6, **transform)
     lon_all, lat_all = np.concatenate(all_lon), np.concatenate(all_lat)
     for ax in axes:
-        _finish_axes(ax, lon_all, lat_all, projection, central)
+        finish_axes(ax, lon_all, lat_all, projection, central)
     when = _time_text(pred, mean_name)
     fig.suptitle(f"{source} at {when}" if when else source)
     return fig
@@ -567,68 +388,13 @@ def plot_stations(
     ps = to_points(data, variable)
     start, central = longitude_frame(ps.lon)
     lon = into_frame(ps.lon, start)
-    projection = _map_projection(coastlines)
-    fig, (ax,) = _new_figure(1, projection, figsize or (6.5, 4.5), central)
+    projection = map_projection(coastlines)
+    fig, (ax,) = new_figure(1, projection, figsize or (6.5, 4.5), central)
     transform = {"transform": projection} if projection is not None else {}
-    artist = _scatter(ax, lon, ps.lat, ps.f[:, 0], size=size, cmap=cmap, **transform)
+    artist = scatter(ax, lon, ps.lat, ps.f[:, 0], size=size, cmap=cmap, **transform)
     fig.colorbar(artist, ax=ax, label=_label(data[variable].attrs, variable), shrink=0.85)
-    _finish_axes(ax, lon, ps.lat, projection, central)
+    finish_axes(ax, lon, ps.lat, projection, central)
     when = _time_text(data, variable)
     title = f"{variable}: {len(ps)} stations{note}"
     ax.set_title(f"{title} at {when}" if when else title)
     return fig
-
-
-def plot_history(
-    model: NeuralProcess, *, metrics: Sequence[str] = ("train_nll", "val_nll")
-) -> Figure:
-    """Learning curves of a fitted model, as a new figure.
-
-    Draws with :meth:`xnp.NeuralProcess.plot_history` on the axes of a new figure.
-
-    Parameters
-    ----------
-    model : NeuralProcess
-        A fitted or loaded model (its ``history_``).
-    metrics : sequence of str
-        Variables of ``model.history_`` to draw against the step.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-
-    Examples
-    --------
-    >>> from xnp.models.config import BSATNPConfig
-    >>> from xnp.data.normalise import Normaliser, Stats
-    >>> from xnp.neural_process import NeuralProcess
-    >>> model = NeuralProcess.init(BSATNPConfig.tiny(), Normaliser({"v": Stats(0.0, 1.0)}), ["v"])
-    >>> plot_history(model).axes[0].get_xlabel()
-    'step'
-    """
-    fig = _figure_class()(figsize=(6.0, 3.5), layout="constrained")
-    model.plot_history(fig.add_subplot(), metrics=metrics)
-    return fig
-
-
-def plot_calibration(*args: Any, **kwargs: Any) -> Any:
-    """PIT histogram and reliability curve of a prediction against the truth.
-
-    The implementation is :func:`xnp.scoring.evaluation.plot_calibration`; this is the same
-    function under :mod:`xnp.plot`, so that every plot is found in one place.
-
-    Parameters
-    ----------
-    *args, **kwargs
-        Passed to :func:`xnp.scoring.evaluation.plot_calibration`: ``pred, truth`` and
-        optionally ``ax``, ``variables``, ``bins``.
-
-    Returns
-    -------
-    (Axes, Axes)
-        What :func:`xnp.scoring.evaluation.plot_calibration` returns: the histogram and the
-        reliability axes (``axes[0].figure`` is their figure).
-    """
-    from xnp.scoring.evaluation import plot_calibration as implementation
-
-    return implementation(*args, **kwargs)
