@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 from tqdm import tqdm
 
-from xnp.data.gp import GPTasks, gp_oracle, sample_gp_batch
+from xnp.data.synthetic import GPTasks, gp_oracle, sample_gp_batch
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_nll

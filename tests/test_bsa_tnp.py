@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from xnp.data.gp import GPTasks
+from xnp.data.synthetic import GPTasks
 from xnp.errors import ConfigError, ShapeError
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig

@@ -18,7 +18,7 @@ from strategies import (
 
 import xnp
 from xnp.data.covariates import covariate_channels, interpolate_dem
-from xnp.data.points import predictions_to_xarray, to_points
+from xnp.data.flatten import predictions_to_xarray, to_points
 from xnp.errors import (
     CoordinateError,
     DimensionError,

@@ -9,7 +9,7 @@ import xarray as xr
 from strategies import DATA_DIR, open_real, requires_data
 
 from xnp.data.coords import find_coords
-from xnp.data.points import predictions_to_xarray, to_points
+from xnp.data.flatten import predictions_to_xarray, to_points
 from xnp.data.sampler import TaskSampler
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.errors import DimensionError

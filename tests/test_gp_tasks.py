@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
+from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.errors import ConfigError
 from xnp.geo import great_circle_distance
 from xnp.geo.distance import latlon_to_xyz
@@ -56,7 +56,7 @@ def test_kernels_are_correlations_and_positive_definite():
 
 @pytest.mark.parametrize("kernel", ["matern12", "rbf"])
 def test_fourier_fields_have_the_kernel_covariance(kernel):
-    from xnp.data.gp import _fourier_field
+    from xnp.data.synthetic import _fourier_field
 
     tasks = SphereFieldTasks(kernels=(kernel,), method="fourier", n_features=128)
     x = jax.random.normal(jax.random.key(3), (12, 3))

@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from xnp import plot  # noqa: E402
+from xnp.data.flatten import predictions_to_xarray, to_points  # noqa: E402
 from xnp.data.normalise import Normaliser, Stats  # noqa: E402
-from xnp.data.points import predictions_to_xarray, to_points  # noqa: E402
 from xnp.errors import DimensionError, VariableNotFoundError, XnpError  # noqa: E402
 from xnp.history import history_dataset  # noqa: E402
 from xnp.models.config import BSATNPConfig  # noqa: E402
@@ -24,6 +24,7 @@ from xnp.plot import (  # noqa: E402
     plot_prediction,
     plot_stations,
 )
+from xnp.testing import ComputeCounter  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -228,16 +229,11 @@ def test_a_grid_of_one_row_draws_its_points(obs, tmp_path):
 def test_a_lazy_prediction_is_computed_once(gridded, tmp_path):
     import dask
 
-    calls = []
-
-    def counting(dsk, keys, **kwargs):
-        calls.append(1)
-        return dask.get(dsk, keys, **kwargs)
-
+    counter = ComputeCounter()
     lazy = gridded.chunk({"lat": 3})
-    with dask.config.set(scheduler=counting):
+    with dask.config.set(scheduler=counter):
         render(plot_prediction(lazy, coastlines=False), tmp_path / "lazy.png")
-    assert len(calls) == 1
+    assert counter.calls == 1
 
 
 @pytest.mark.parametrize("convention", ["-180..180", "0..360"])

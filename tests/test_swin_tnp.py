@@ -8,7 +8,7 @@ import xarray as xr
 from flax import nnx
 
 from xnp.arrays import Points
-from xnp.data.gp import GPTasks
+from xnp.data.synthetic import GPTasks
 from xnp.errors import ConfigError, ShapeError, XnpWarning
 from xnp.models.swin_tnp import SwinTNP, SwinTNPConfig
 from xnp.nn.layers import count_params

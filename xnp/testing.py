@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 from xnp.arrays import Points
-from xnp.data.gp import GPTasks, sample_gp_batch
+from xnp.data.synthetic import GPTasks, sample_gp_batch
 from xnp.train.settings import make_optimizer
 from xnp.train.steps import make_train_step
 

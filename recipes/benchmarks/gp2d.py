@@ -2,7 +2,7 @@
 
 The meta-learning task of the BSA-TNP paper: GP functions with an RBF kernel of
 lengthscale ℓ ~ Beta(3, 7) (unit variance) on [-2, 2]², 128–512 context points
-with noise 0.1 and 1024 noiseless targets per task (``xnp.data.gp.GPTasks()``).
+with noise 0.1 and 1024 noiseless targets per task (``xnp.data.synthetic.GPTasks()``).
 
 Two implementations of a mid-size BSA-TNP (4 KRBlocks, 4 heads, token and
 attention dimension 64, Euclidean RBF-network attention bias, locations not
@@ -18,7 +18,7 @@ Both see the same training batches in the same order (drawn while xnp trains and
 handed to dl4bi in a file; if dl4bi runs more steps it draws further batches
 itself).  As in the reference code, the 8 tasks of a batch share the lengthscale and
 the locations (:func:`shared_batch`: one Cholesky factor per batch, as each of the 8
-of :func:`xnp.data.gp.sample_gp_batch` costs about as much as a step on this CPU;
+of :func:`xnp.data.synthetic.sample_gp_batch` costs about as much as a step on this CPU;
 ``--iid-batches`` uses ``sample_gp_batch``).  Batch 8, AdamW
 (β = 0.9, 0.999, weight decay 1e-4, clipping at 0.5), and the same learning-rate
 schedule: a linear warm-up over 5 % of the budget, then a cosine to 0.2 × the peak,
@@ -43,7 +43,7 @@ and the oracle; drawn with ``sample_gp_batch`` except the multiresolution ones):
   the in-domain models are evaluated zero-shot.
 
 The floor is the exact GP posterior with the true lengthscale and noise of each
-task (:func:`xnp.data.gp.gp_oracle`, in float64).  Scores are the Gaussian NLL per
+task (:func:`xnp.data.synthetic.gp_oracle`, in float64).  Scores are the Gaussian NLL per
 target point (mean over a task's targets; tables give mean ± standard error over
 tasks and the gap to the oracle with the standard error of the paired
 differences), RMSE and the 95 % coverage.
@@ -85,7 +85,7 @@ from _report import machine, write_section
 
 from xnp.arrays import Points
 from xnp.data.batch import Batch
-from xnp.data.gp import GPTasks, gp_oracle, rbf_kernel, sample_gp_batch
+from xnp.data.synthetic import GPTasks, gp_oracle, rbf_kernel, sample_gp_batch
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.nn.layers import count_params

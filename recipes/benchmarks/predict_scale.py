@@ -11,7 +11,7 @@ weights: the cost of a forward pass does not depend on the weights.  The data ar
 area-uniform random points on the sphere carrying a smooth synthetic field: 256
 random Fourier features of the unit-sphere xyz (scaled to km), i.e. an approximate
 sample of the GP with the RBF kernel of the chord distance (lengthscale 500 km,
-the kernel of ``xnp.data.gp`` on the sphere), plus noise 0.1 on the context.  An
+the kernel of ``xnp.data.synthetic`` on the sphere), plus noise 0.1 on the context.  An
 exact GP sample at 1.1M points is out of reach; the field only has to be smooth.
 
 Every measurement runs in its own fresh process, so its peak RSS (max resident set

@@ -27,7 +27,7 @@ import numpy as np
 from flax import nnx
 
 from xnp.data.batch import Batch
-from xnp.data.gp import GPTasks, sample_gp_batch
+from xnp.data.synthetic import GPTasks, sample_gp_batch
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.train import batch_loss

@@ -44,7 +44,7 @@ import json, os, resource, sys, time
 import jax, numpy as np
 from flax import nnx
 from xnp.data.batch import Batch
-from xnp.data.gp import GPTasks, sample_gp_batch
+from xnp.data.synthetic import GPTasks, sample_gp_batch
 from xnp.models.bsa_tnp import BSATNP
 from xnp.nn.layers import count_params
 from xnp.models.config import BSATNPConfig
@@ -110,7 +110,7 @@ mha = MultiHeadAttention(attn=attn, num_heads=4, proj_qs=MLP([128]), proj_ks=MLP
 model = BSATNP(blk=KRBlock(attn=mha), embed_s=lambda s: None)  # locations only in the bias
 
 def gp_batch(key):
-    # The paper's 2-D GP tasks (as xnp.data.gp.GPTasks): RBF, lengthscale ~ Beta(3, 7).
+    # The paper's 2-D GP tasks (as xnp.data.synthetic.GPTasks): RBF, lengthscale ~ Beta(3, 7).
     k_len, k_loc, k_f, k_noise, k_n = jax.random.split(key, 5)
     ell = jax.random.beta(k_len, 3.0, 7.0, (B, 1, 1))
     s = jax.random.uniform(k_loc, (B, NC + NT, 2), minval=-2.0, maxval=2.0)

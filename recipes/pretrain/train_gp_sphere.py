@@ -1,7 +1,7 @@
 """Pretrain the zero-shot BSA-TNP shipped with xnp (``xnp.pretrained("gp-sphere")``).
 
 The model meets no real data: it is trained on regional Gaussian-process fields on
-the sphere (:class:`xnp.data.gp.SphereFieldTasks`: caps of 200–4000 km, Matérn
+the sphere (:class:`xnp.data.synthetic.SphereFieldTasks`: caps of 200–4000 km, Matérn
 1/2, 3/2, 5/2 and RBF kernels of the chord distance, lengthscales from 5 % to
 100 % of the cap, noise 1–30 % of the field's standard deviation, 16–256
 observations), each standardised by its context's own mean and standard
@@ -133,8 +133,8 @@ from tqdm import tqdm
 
 import xnp
 from xnp.data.batch import Batch
-from xnp.data.gp import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.data.normalise import Normaliser, Stats
+from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fields
 from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors

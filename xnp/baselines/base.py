@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.coords import find_coords
-from xnp.data.points import PointSet, predictions_to_xarray, to_points
+from xnp.data.flatten import PointSet, predictions_to_xarray, to_points
 from xnp.errors import EmptyDataError, VariableNotFoundError
 from xnp.prediction.frames import predict_each_time
 from xnp.prediction.templates import checked_dataset, template_of
@@ -114,7 +114,7 @@ def label_source(out: xr.Dataset, name: str) -> xr.Dataset:
     Parameters
     ----------
     out : Dataset
-        A prediction laid out by :func:`~xnp.data.points.predictions_to_xarray`,
+        A prediction laid out by :func:`~xnp.data.flatten.predictions_to_xarray`,
         whose ``source`` attribute names a neural process.
     name : str
         The baseline's name.

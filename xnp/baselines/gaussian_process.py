@@ -20,7 +20,7 @@ from scipy.spatial.distance import cdist
 
 from xnp.arrays import padded_size
 from xnp.baselines.base import TARGET_CHUNK, SpatialBaseline
-from xnp.data.points import PointSet
+from xnp.data.flatten import PointSet
 from xnp.data.tasks import check_count
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.distance import EARTH_RADIUS_KM

@@ -8,7 +8,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from xnp.baselines.base import SpatialBaseline
-from xnp.data.points import PointSet
+from xnp.data.flatten import PointSet
 from xnp.data.tasks import check_count
 from xnp.errors import ConfigError
 from xnp.geo.sphere import great_circle_km, unit_vectors

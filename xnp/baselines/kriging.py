@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from xnp.baselines.base import TARGET_CHUNK, SpatialBaseline
-from xnp.data.points import PointSet
+from xnp.data.flatten import PointSet
 from xnp.data.tasks import check_count
 from xnp.errors import ConfigError, EmptyDataError, MissingDependencyError
 from xnp.geo.sphere import unit_vectors

@@ -16,7 +16,7 @@ from scipy.spatial import cKDTree
 
 from xnp.baselines.base import as_dataset, as_variable_names, label_source, variables_to_predict
 from xnp.data.coords import find_coords, latlon
-from xnp.data.points import PointSet, predictions_to_xarray, to_points
+from xnp.data.flatten import PointSet, predictions_to_xarray, to_points
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import ConfigError, CoordinateError, DimensionError, EmptyDataError
 from xnp.geo.sphere import unit_vectors

@@ -12,14 +12,13 @@ import argparse
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import xarray as xr
 
 from xnp.errors import UsageError, VariableNotFoundError
 from xnp.storage import check_parent, open_data
 
-__all__ = ["check_model_out", "check_variables", "is_zero_shot", "open_sources", "time_dim"]
+__all__ = ["check_model_out", "check_variables", "open_sources", "time_dim"]
 
 
 def check_variables(data: xr.Dataset, variables: Sequence[str], what: str) -> None:
@@ -99,21 +98,6 @@ def open_sources(args: argparse.Namespace, files: contextlib.ExitStack) -> dict 
     return {
         n: files.enter_context(open_data(p, what=f"context source {n!r}")) for n, p in pairs
     } or None
-
-
-def is_zero_shot(model: Any) -> bool:
-    """Whether ``model`` standardises each context by its own statistics (pretrained).
-
-    Parameters
-    ----------
-    model : NeuralProcess
-        A loaded model.
-
-    Returns
-    -------
-    bool
-    """
-    return getattr(model, "normalise", "fitted") == "context"
 
 
 def time_dim(data: xr.Dataset, variable: str) -> str | None:

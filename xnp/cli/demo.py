@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from xnp.cli.checks import check_model_out, check_variables, is_zero_shot, time_dim
+from xnp.cli.checks import check_model_out, check_variables, time_dim
 from xnp.cli.fit_command import train_config
+from xnp.data.normalise import is_zero_shot
 from xnp.errors import UsageError, VariableNotFoundError
 from xnp.storage import check_output, open_data, save_figure, write_dataset
 
@@ -85,7 +86,7 @@ def demo_grid(data: xr.Dataset, variable: str, resolution: float) -> dict[str, x
 def _sample_context(frame: xr.Dataset, variable: str, n: int, seed: int) -> xr.Dataset:
     """``n`` random observed points of ``frame`` as a station dataset (the demo's context)."""
     from xnp.data.coords import find_coords
-    from xnp.data.points import to_points
+    from xnp.data.flatten import to_points
 
     ps = to_points(frame, variable)
     rng = np.random.default_rng(seed)

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from xnp.cli.checks import check_variables, is_zero_shot, open_sources
+from xnp.cli.checks import check_variables, open_sources
 from xnp.cli.console import one_line
 from xnp.cli.options import parse_time
+from xnp.data.normalise import is_zero_shot
 from xnp.errors import (
     ConfigError,
     CoordinateError,

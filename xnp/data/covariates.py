@@ -156,7 +156,7 @@ def point_covariates(
 ) -> np.ndarray:
     """Raw (not normalised) covariates at ``N`` points, shape ``[N, channels]``.
 
-    This is the engine behind :func:`xnp.data.points.to_points`, which supplies the
+    This is the engine behind :func:`xnp.data.flatten.to_points`, which supplies the
     per-point arrays; use that function rather than this one.
 
     Parameters

@@ -31,11 +31,11 @@ from xnp.data.covariates import (
     user_covariates,
 )
 from xnp.data.elevation import elevation_metres
-from xnp.data.points import as_dataset
+from xnp.data.flatten import as_dataset
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
 from xnp.units import canonical_units
 
-__all__ = ["Normaliser", "Stats", "check_same_units"]
+__all__ = ["Normaliser", "Stats", "check_same_units", "is_zero_shot"]
 
 _FORMAT = "xnp.normaliser/1"
 
@@ -82,6 +82,22 @@ _CONVERSIONS = {
     ("Pa", "hPa"): "ds[{name!r}] / 100 with attrs['units'] = 'hPa'",
     ("hPa", "Pa"): "ds[{name!r}] * 100 with attrs['units'] = 'Pa'",
 }
+
+
+def is_zero_shot(model: Any) -> bool:
+    """Whether ``model`` standardises each context by its own statistics (zero-shot).
+
+    A zero-shot model (``normalise="context"``, e.g. a pretrained one) predicts
+    whichever single variable its context holds, in that variable's units; a
+    fitted model (``"fitted"``) uses the statistics of its training data.
+
+    Examples
+    --------
+    >>> import xnp
+    >>> is_zero_shot(xnp.pretrained("gp-sphere"))
+    True
+    """
+    return getattr(model, "normalise", "fitted") == "context"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +208,7 @@ class Normaliser:
         variables : str or list of str
             The value variables.
         covariates : list of str
-            Covariate names, as for :func:`xnp.data.points.to_points`.
+            Covariate names, as for :func:`xnp.data.flatten.to_points`.
         dem : DataArray, optional
             DEM for the ``"elevation"`` covariate.
         layout : Layout, optional

@@ -28,8 +28,8 @@ import xarray as xr
 from xnp.data.batch import Batch, Task, TaskPoints, collate
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import covariate_names, interpolate_dem, user_covariates
+from xnp.data.flatten import PointSet, as_dataset, to_points
 from xnp.data.normalise import Normaliser, check_same_units
-from xnp.data.points import PointSet, as_dataset, to_points
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import match_hours, time_hours, validation_cut
 from xnp.errors import ConfigError, EmptyDataError

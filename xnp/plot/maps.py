@@ -32,7 +32,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.coords import find_coords, locators_as_coords
-from xnp.data.points import to_points
+from xnp.data.flatten import to_points
 from xnp.errors import (
     ConfigError,
     CoordinateError,

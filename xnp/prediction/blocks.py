@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.arrays import Points
-from xnp.data.points import PointSet, prediction_attrs, to_points
+from xnp.data.flatten import PointSet, prediction_attrs, to_points
 from xnp.data.trend import Trend
 from xnp.errors import (
     DimensionError,

@@ -22,8 +22,8 @@ import xarray as xr
 from xnp.arrays import Points
 from xnp.data.batch import source_channels
 from xnp.data.coords import find_coords, source_dataset
-from xnp.data.normalise import Normaliser, Stats
-from xnp.data.points import PointSet, to_points
+from xnp.data.flatten import PointSet, to_points
+from xnp.data.normalise import Normaliser, Stats, is_zero_shot
 from xnp.data.times import match_hours, time_hours
 from xnp.data.trend import DEGREES, Trend, rms_spread
 from xnp.errors import (
@@ -177,7 +177,7 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
     the model's ``t`` (forecast context frames); otherwise ``t = 0``.
     """
     variables = list(model.variables)
-    zero_shot = model.normalise == "context"
+    zero_shot = is_zero_shot(model)
     for v in variables:
         if not zero_shot:
             model.normaliser.check_units(v, data[v].attrs.get("units"), "context")

@@ -12,6 +12,7 @@ from typing import Any
 import xarray as xr
 
 from xnp.data.coords import find_coords, locators_as_coords
+from xnp.data.normalise import is_zero_shot
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.data.trend import DEGREES
 from xnp.errors import (
@@ -61,7 +62,7 @@ def predict_with(
     model = check_model(model)
     if trend is not None and trend not in DEGREES:
         raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
-    if trend is not None and getattr(model, "normalise", "fitted") != "context":
+    if trend is not None and not is_zero_shot(model):
         raise ConfigError(
             "trend= is for zero-shot models, which standardise each context set by its own "
             "statistics; a fitted model learned the large-scale structure of its training "
@@ -70,7 +71,7 @@ def predict_with(
     if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
         data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
     data = checked_dataset(data, "data")
-    if getattr(model, "normalise", "fitted") == "context":
+    if is_zero_shot(model):
         located, _ = locators_as_coords(data, getattr(model, "coords", None))
         model = zero_shot_variable(model, located)
     missing = [v for v in model.variables if v not in data.data_vars]

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.spatial
 
 from xnp.arrays import Points
-from xnp.data.points import PointSet
+from xnp.data.flatten import PointSet
 from xnp.errors import (
     EmptyDataError,
     XnpWarning,

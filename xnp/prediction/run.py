@@ -8,7 +8,7 @@ import dask
 import numpy as np
 import xarray as xr
 
-from xnp.data.points import predictions_to_xarray, to_points
+from xnp.data.flatten import predictions_to_xarray, to_points
 from xnp.errors import (
     ConfigError,
 )

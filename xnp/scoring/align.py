@@ -26,6 +26,7 @@ import xarray as xr
 
 from xnp.data.coords import is_latitude, is_longitude
 from xnp.data.normalise import check_same_units
+from xnp.data.times import is_datetime
 from xnp.errors import (
     ConfigError,
     CoordinateError,
@@ -252,14 +253,8 @@ def _positions(wanted: np.ndarray, have: np.ndarray, *, periodic: bool = False) 
 
 def _time_dim(obj: xr.DataArray) -> Hashable | None:
     """The dimension of ``obj`` indexed by datetimes (None if not exactly one)."""
-    found = [d for d in obj.dims if d in obj.indexes and _is_datetime(obj[d].values)]
+    found = [d for d in obj.dims if d in obj.indexes and is_datetime(obj[d].values)]
     return found[0] if len(found) == 1 else None
-
-
-def _is_datetime(values: np.ndarray) -> bool:
-    if np.issubdtype(values.dtype, np.datetime64):
-        return True
-    return values.dtype == object and values.size > 0 and hasattr(values.flat[0], "calendar")
 
 
 def _at_valid_times(mu: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
