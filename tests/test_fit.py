@@ -56,7 +56,7 @@ def test_fit_learns_the_gp_field(trained):
     assert baseline > 1.3
     assert float(best.val_nll) < baseline - 0.5
     assert float(best.val_rmse) < 0.6 * float(ds.field.std())
-    assert 0.75 < float(best.val_coverage) <= 1.0
+    assert 0.75 < float(best.val_coverage) < 0.99  # nominal 0.95: neither too narrow nor too wide
     assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.3
 
 

@@ -60,7 +60,7 @@ def test_zero_shot_interpolation_beats_the_context_mean(model):
                                                            ds.drop_vars("field"))  # fmt: skip
     ours = xnp.evaluate(pred.where(held_out), truth)
     assert float(ours.field_nll) < float(xnp.evaluate(idw.where(held_out), truth).field_nll)
-    assert 0.8 < float(ours.field_coverage_95) <= 1.0
+    assert 0.85 < float(ours.field_coverage_95) < 0.99  # nominal 0.95, two-sided
 
 
 def test_zero_shot_predictions_move_with_the_field(model):

@@ -246,6 +246,7 @@ def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
 
 
 @requires_data
+@pytest.mark.slow  # a benchmark-like threshold on real data (recipes/benchmarks/zero_shot_trend.py)
 def test_texas_stations_block_cv_is_better_with_the_trend(model):
     # the real network of ../shared/data: 186 ASOS stations, one day's mean temperature;
     # spatial blocks of 2° leave out gaps the plane helps to predict across
@@ -265,4 +266,4 @@ def test_texas_stations_block_cv_is_better_with_the_trend(model):
     plain, linear = scores[None], scores["linear"]
     assert float(linear.t_rmse) < 0.95 * float(plain.t_rmse)
     assert float(linear.t_nll) < float(plain.t_nll)
-    assert 0.85 < float(linear.t_coverage_95) <= 1.0
+    assert 0.85 < float(linear.t_coverage_95) < 0.99  # nominal 0.95, two-sided
