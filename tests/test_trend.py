@@ -246,7 +246,7 @@ def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
 
 
 @requires_data
-@pytest.mark.slow  # a benchmark-like threshold on real data (recipes/benchmarks/zero_shot_trend.py)
+@pytest.mark.slow  # a benchmark-like threshold on real data (benchmarks/zero_shot_trend.py)
 def test_texas_stations_block_cv_is_better_with_the_trend(model):
     # the real network of ../shared/data: 186 ASOS stations, one day's mean temperature;
     # spatial blocks of 2° leave out gaps the plane helps to predict across
