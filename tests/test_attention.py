@@ -182,6 +182,36 @@ def test_value_dim_may_differ_and_dtype_is_kept():
     np.testing.assert_allclose(out16.astype(jnp.float32), out, atol=5e-2)
 
 
+def test_a_bias_for_all_heads_broadcasts_as_in_numpy():
+    # a bias_fn may return one bias for every head, [B, 1, q, k] (or any shape that
+    # broadcasts to [B, H, q, k]), as numpy and the dense reference allow
+    q, k, v, qf, kf, mask = make_inputs(40, 33)
+    a = jnp.array([0.7])
+
+    def shared(qf, kf, a=a):
+        d2 = jnp.sum((qf["s"][:, :, None, :] - kf["s"][:, None, :, :]) ** 2, axis=-1)
+        return a[0] * jnp.exp(-d2)[:, None]  # [B, 1, q, k]
+
+    def loss(attn, q, a):
+        bias = partial(shared, a=a)
+        out = attn(q, k, v, bias_fn=bias, q_feats=qf, k_feats=kf, k_mask=mask,
+                   q_chunk=16, k_chunk=16)  # fmt: skip
+        return jnp.sum(jnp.sin(out) * out), out
+
+    (_, fast), grads = jax.value_and_grad(partial(loss, biased_scan_attention), (0, 1),
+                                          has_aux=True)(q, a)  # fmt: skip
+    (_, ref), ref_grads = jax.value_and_grad(partial(loss, dense_attention), (0, 1),
+                                             has_aux=True)(q, a)  # fmt: skip
+    np.testing.assert_allclose(fast, ref, atol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(g, r, atol=1e-4)
+    explicit = biased_scan_attention(
+        q, k, v, bias_fn=lambda qf, kf: jnp.repeat(shared(qf, kf), H, axis=1),
+        q_feats=qf, k_feats=kf, k_mask=mask, q_chunk=16, k_chunk=16,
+    )  # fmt: skip
+    np.testing.assert_allclose(fast, explicit, atol=1e-6)
+
+
 def test_bad_inputs_raise_clear_errors():
     q, k, v, qf, kf, mask = make_inputs(8, 9)
     with pytest.raises(ShapeError, match=r"\[B, N, H, D\]"):
@@ -196,7 +226,7 @@ def test_bad_inputs_raise_clear_errors():
         )
     with pytest.raises(ShapeError, match="bias_fn must return"):
         biased_scan_attention(
-            q, k, v, bias_fn=lambda a, b: jnp.zeros((1, 1)), q_feats=qf, k_feats=kf
+            q, k, v, bias_fn=lambda a, b: jnp.zeros((1, 3)), q_feats=qf, k_feats=kf
         )
     with pytest.raises(ConfigError, match="without a bias_fn"):
         biased_scan_attention(q, k, v, q_feats=qf, k_feats=kf)

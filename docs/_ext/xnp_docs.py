@@ -5,7 +5,7 @@
   never drifts from the code.
 * Re-exported names resolve: xnp documents each object once, under the name users
   type (``xnp.fit``, ``xnp.NeuralProcess``), while docstrings may refer to it by its
-  defining module (``xnp.api.fit``, ``xnp.estimator.NeuralProcess``) or by a short
+  defining module (``xnp.api.fit.fit``, ``xnp.neural_process.NeuralProcess``) or by a short
   name relative to the current module.  A reference that Sphinx cannot resolve is
   imported and, when it is the same Python object as a documented one, pointed at
   that page.

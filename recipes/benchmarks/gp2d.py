@@ -9,7 +9,7 @@ attention dimension 64, Euclidean RBF-network attention bias, locations not
 embedded, so both are translation invariant) are trained for the same fixed CPU
 budget of step time (``--minutes`` each, one after the other, never at once):
 
-* xnp: :class:`xnp.models.bsa_tnp.BSATNP` with :func:`xnp.train.fit_step`;
+* xnp: :class:`xnp.models.bsa_tnp.BSATNP` with :func:`xnp.train.steps.fit_step`;
 * dl4bi 0.1.3, the authors' JAX/Flax Linen package, in its own virtual environment
   and process: its ``BSATNP`` with Biased Scan Attention, ``embed_s`` dropping the
   locations, layer sizes as close to xnp's as its constructor allows.

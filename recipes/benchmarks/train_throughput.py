@@ -5,7 +5,7 @@ padded to 512 points (128–512 real), 1024 targets, RBF kernel on [-2, 2]².  E
 implementation runs in its own fresh process, so peak memory (max RSS) is its own:
 
 * xnp: ``BSATNPConfig(spatial_bias="euclidean", spatial_scale=1.0)`` (475,770
-  parameters) and :func:`xnp.train.fit_step`, the step ``ds.np.fit`` runs;
+  parameters) and :func:`xnp.train.steps.fit_step`, the step ``ds.np.fit`` runs;
 * dl4bi 0.1.3 (the authors' JAX/Flax Linen package), in its own virtual environment
   (it needs jax<0.9 and flax<0.13): its ``BSATNP`` with Biased Scan Attention and an
   RBF-network bias on the Euclidean distance, locations not embedded (as in xnp, so

@@ -16,7 +16,7 @@ def format_table(result: xr.Dataset, *, precision: int = 4) -> str:
     Parameters
     ----------
     result : Dataset
-        Small (computed) results, e.g. of :func:`xnp.evaluate.evaluate`.
+        Small (computed) results, e.g. of :func:`xnp.evaluate`.
     precision : int
         Significant digits.
 

@@ -1,7 +1,7 @@
 """Coordinate discovery: where latitude, longitude, time and elevation live in a dataset.
 
 :func:`find_coords` asks cf-xarray first (``standard_name``, ``units``, ``axis``)
-and falls back to common names (see :mod:`xnp.data._names`); any name can be given
+and falls back to common names (see :mod:`xnp.data.names`); any name can be given
 explicitly.  The answer is a small frozen :class:`Layout` that the rest of
 :mod:`xnp.data` uses to flatten data into points and to scatter results back.
 

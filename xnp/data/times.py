@@ -236,7 +236,7 @@ def _undecoded_time(obj: XrObj) -> str | None:
 
     A coordinate looks like time when its CF metadata say so (``standard_name``
     ``time``, ``axis`` ``T``, ...), its units are ``"<unit> since <date>"``, or its
-    name is one of :data:`xnp.data.known.TIME_NAMES`.
+    name is one of :data:`xnp.data.names.TIME_NAMES`.
     """
     coords = [str(n) for n in obj.coords]
     names = by_cf(obj, "time") + by_name(obj, known.TIME_NAMES, coords_only=True)
@@ -290,7 +290,7 @@ def find_time(
     """The time coordinate and its dimension (None for a scalar or per-point time).
 
     Coordinates identified as time (CF metadata or a name in
-    :data:`xnp.data.known.TIME_NAMES`) come first; another datetime coordinate is
+    :data:`xnp.data.names.TIME_NAMES`) come first; another datetime coordinate is
     taken only if it is scalar or runs along a non-spatial dimension, so a datetime
     that describes the points (a station's installation date) is not taken as time.
     """

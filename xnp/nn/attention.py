@@ -225,6 +225,22 @@ def _bsa_fwd(fns, tiles, *args):
 _bsa.defvjp(_bsa_fwd, bsa_backward, symbolic_zeros=True)
 
 
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` under numpy's rules."""
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(shape[::-1], target[::-1], strict=False))
+
+
+def _broadcast_to(fn: Callable, shape: tuple[int, ...]) -> Callable:
+    """``fn`` with its output broadcast to ``shape`` (e.g. one bias for every head)."""
+
+    def broadcast(*args: Any) -> jax.Array:
+        return jnp.broadcast_to(fn(*args), shape)
+
+    return broadcast
+
+
 def _convert_bias(bias_fn, qf, kf, h, qc, shapes):
     """Closure-convert ``bias_fn`` for tiles ``(bc, qc, kc)`` for each ``(bc, kc)`` in ``shapes``.
 
@@ -249,12 +265,15 @@ def _convert_bias(bias_fn, qf, kf, h, qc, shapes):
                 "batch size from the features, and close over no array with a batch axis.)"
             ) from err
         if tuple(got) != expected:
-            raise ShapeError(
-                f"bias_fn must return [b_tile, H, q_tile, k_tile] = {list(expected)} for "
-                f"the tiles it is given; it returned shape {tuple(got)}.  (Tiles are "
-                "also taken along the batch axis: take the batch size from the features, "
-                "and close over no array with a batch axis.)"
-            )
+            if not _broadcasts(tuple(got), expected):
+                raise ShapeError(
+                    f"bias_fn must return [b_tile, H, q_tile, k_tile] = {list(expected)} "
+                    f"(or a shape that broadcasts to it, e.g. one head for all) for the "
+                    f"tiles it is given; it returned shape {tuple(got)}.  (Tiles are also "
+                    "taken along the batch axis: take the batch size from the features, "
+                    "and close over no array with a batch axis.)"
+                )
+            fn = _broadcast_to(fn, expected)  # as numpy, and dense_attention, broadcast
         if consts is None:
             consts = found
         elif len(found) != len(consts) or any(

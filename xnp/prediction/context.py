@@ -253,7 +253,7 @@ def _at_working_size(model: Any, s: np.ndarray) -> Any:
     A model may record ``training["context_rms_km"]``: the rms distance of a
     context's points from their centre (on the unit sphere, times the Earth's
     radius) at which it is most accurate.  Its distances are then rescaled
-    (:meth:`~xnp.estimator.NeuralProcess.with_distance_scale`) so that every
+    (:meth:`~xnp.NeuralProcess.with_distance_scale`) so that every
     context has that size: the pretraining prior draws lengthscales relative to the
     region, so the task is the same at any size, but the attention bias resolves
     some distances better than others.  The scale is bounded to

@@ -169,7 +169,7 @@ class TrainConfig:
         return lr
 
     def init_optimizer(self, params: nnx.State) -> optax.OptState:
-        """A fresh optimiser state for ``params`` (the form :func:`~xnp.train.train` expects).
+        """A fresh optimiser state for ``params`` (the form :func:`~xnp.train.loop.train` expects).
 
         The learning rate in it is a placeholder: the training step sets it from
         :meth:`schedule` at every step (see :func:`adamw`).
