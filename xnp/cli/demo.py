@@ -127,17 +127,8 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
     Every output in ``--out`` is checked before any work.
 
-    Parameters
-    ----------
-    args : Namespace
-        The parsed command line.
-    files : ExitStack
-        Closes the files opened when the command ends.
-
-    Returns
-    -------
-    int
-        The exit status, 0.
+    Takes the parsed command line and the stack that closes the files it opens;
+    returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
     from xnp.api.fit import fit
     from xnp.api.predict import predict

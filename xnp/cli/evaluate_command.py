@@ -18,17 +18,8 @@ __all__ = ["run_evaluate"]
 def run_evaluate(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     """``xnp evaluate``: print the scores of PRED against TRUTH, and write them to ``--out``.
 
-    Parameters
-    ----------
-    args : Namespace
-        The parsed command line.
-    files : ExitStack
-        Closes the files opened when the command ends.
-
-    Returns
-    -------
-    int
-        The exit status, 0.
+    Takes the parsed command line and the stack that closes the files it opens;
+    returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
     try:
         from xnp.scoring.evaluation import evaluate

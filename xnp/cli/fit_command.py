@@ -47,17 +47,8 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
     The options are checked, and ``--out`` with them, before any training.
 
-    Parameters
-    ----------
-    args : Namespace
-        The parsed command line.
-    files : ExitStack
-        Closes the files opened when the command ends.
-
-    Returns
-    -------
-    int
-        The exit status, 0.
+    Takes the parsed command line and the stack that closes the files it opens;
+    returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
     from xnp.api.fit import fit
     from xnp.api.sizes import DEFAULT_MAX_POINTS

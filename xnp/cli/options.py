@@ -29,72 +29,48 @@ __all__ = [
 ]
 
 
+def _number(text: str, convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str):
+    """``convert(text)`` if it works and is ``ok``, else argparse's error "expected ``what``"."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A positive integer, e.g. ``--steps``.
-
-    Parameters
-    ----------
-    text : str
-        The option's value.
-
-    Returns
-    -------
-    int
 
     Examples
     --------
     >>> positive_int("8")
     8
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def positive_float(text: str) -> float:
     """A positive, finite number, e.g. ``--learning-rate``.
 
-    Parameters
-    ----------
-    text : str
-        The option's value.
-
-    Returns
-    -------
-    float
+    Examples
+    --------
+    >>> positive_float("1e-3")
+    0.001
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
 
 def fraction(text: str) -> float:
     """A number in [0, 1), e.g. the fraction of the time axis held out for validation.
 
-    Parameters
-    ----------
-    text : str
-        The option's value.
-
-    Returns
-    -------
-    float
+    Examples
+    --------
+    >>> fraction("0.1")
+    0.1
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
 
 
 def parse_validation(text: str) -> float | str | slice:

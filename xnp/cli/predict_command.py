@@ -56,17 +56,8 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     The variables, ``--time`` and ``--out`` are checked before any work; the
     prediction is lazy and computed block by block while it is written.
 
-    Parameters
-    ----------
-    args : Namespace
-        The parsed command line.
-    files : ExitStack
-        Closes the files opened when the command ends.
-
-    Returns
-    -------
-    int
-        The exit status, 0.
+    Takes the parsed command line and the stack that closes the files it opens;
+    returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
     from xnp.api.predict import predict
     from xnp.shipped import resolve_model

@@ -42,6 +42,7 @@ def compact_chunks(
 
     Examples
     --------
+    >>> from xnp.geo.sphere import unit_vectors
     >>> lat = np.linspace(50.0, 58.0, 1000)
     >>> xyz = unit_vectors(np.stack([lat, np.zeros_like(lat)], -1))
     >>> [len(c) for c in compact_chunks(xyz, 256)]
