@@ -209,6 +209,26 @@ def test_loading_a_config_with_wrong_field_types_raises(model, tmp_path, field, 
         xnp.load(path)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("std", -5.0, r"'field': std must be a positive, finite number; got -5.0"),
+        ("std", 0.0, r"std must be a positive, finite number; got 0.0"),
+        ("std", "5", r"std must be a positive, finite number; got '5'"),
+        ("mean", float("nan"), r"'field': mean must be a finite number; got nan"),
+        ("mean", float("inf"), "mean must be a finite number"),
+    ],
+)
+def test_a_saved_normaliser_is_checked_on_load(model, tmp_path, field, value, match):
+    # an edited config.json (std: -5) would otherwise predict negative standard deviations
+    path = model.save(tmp_path / "model")
+    meta = json.loads((path / "config.json").read_text())
+    meta["normaliser"]["stats"]["field"][field] = value
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=match):
+        xnp.load(path)
+
+
 def tiny_model(**kw) -> xnp.NeuralProcess:
     """An untrained tiny model: for tests of saving that need no fit."""
     from xnp.data.normalise import Normaliser, Stats

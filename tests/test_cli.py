@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -304,6 +305,25 @@ def test_fit_and_predict_with_a_context_source(capsys, files, tmp_path):
                          tmp_path / "q.nc", "--context-source", buoys)  # fmt: skip
     assert status != 0
     assert "unknown context source 'buoys'" in err
+
+
+def test_predict_one_variable_of_a_station_table(capsys, files, tmp_path):
+    # latitude/longitude as data variables (a table from pandas): --variable keeps them
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({
+        "latitude": rng.uniform(35, 55, 40), "longitude": rng.uniform(-10, 30, 40),
+        "t2m": 280 + rng.normal(size=40), "rh": rng.uniform(0, 1, 40),
+    })  # fmt: skip
+    ds = table.to_xarray()
+    ds["t2m"].attrs["units"] = "K"
+    ds.to_netcdf(tmp_path / "table.nc")
+    status, _, err = run(capsys, "predict", "gp-sphere", tmp_path / "table.nc",
+                         files / "grid.nc", "--variable", "t2m", "--out", tmp_path / "p.nc",
+                         "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "p.nc") as pred:
+        assert pred["t2m_mean"].dims == ("lat", "lon")
+        assert np.isfinite(pred["t2m_mean"].values).all()
 
 
 def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monkeypatch):

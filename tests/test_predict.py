@@ -324,6 +324,58 @@ def test_model_by_path_or_name_and_unnamed_arrays(model, data, tmp_path):
         predict(42, frame, grid())
 
 
+def test_a_context_that_cannot_tell_targets_apart_warns(model, data):
+    # one observation, or several alike, or several at one place: the attention sees
+    # the same token(s) from every target, and every target gets the same answer
+    frame = data.isel(time=0)
+    far = {"lat": ("s", [50.0, 50.2, 20.0, -60.0]), "lon": ("s", [-3.0, -2.8, 90.0, -170.0])}
+    with pytest.warns(XnpWarning, match=r"'t2m' at .* is one observation.*same mean"):
+        one = predict(model, frame.isel(lat=0, lon=0), far)
+    assert np.ptp(one["t2m_mean"].values) == 0.0  # what the warning is about
+    assert np.ptp(one["t2m_std"].values) == 0.0
+    alike = xr.full_like(frame, 280.0)
+    with pytest.warns(XnpWarning, match=r"\d+ observations, all equal"):
+        predict(model, alike, far)
+    sites = xr.Dataset(
+        {"t2m": ("station", [280.0, 284.0], {"units": "K"})},
+        coords={"lat": ("station", [51.0, 51.0]), "lon": ("station", [0.0, 0.0]),
+                "time": frame.time},
+    )  # fmt: skip
+    with pytest.warns(XnpWarning, match="2 observations, all at one place"):
+        predict(model, sites, far)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict(model, frame, far)  # an ordinary context: no warning
+
+
+def test_a_context_far_outside_the_training_values_warns(model, data):
+    # degC given to a model trained in K, without a units attribute to catch it: the
+    # values sit ~70 training standard deviations away, and the answer is a flat field
+    frame = data.isel(time=0)
+    celsius = frame.assign(t2m=(frame.t2m - 273.15).assign_attrs(units=None))
+    celsius["t2m"].attrs.pop("units")
+    with pytest.warns(XnpWarning, match=r"far outside the values the model was trained on.*units"):
+        predict(model, celsius, grid(3, 3))
+    packed = frame.assign(t2m=(frame.t2m * 100.0).assign_attrs(frame.t2m.attrs))
+    with pytest.warns(XnpWarning, match="scale_factor"):
+        predict(model, packed, grid(3, 3))
+    near = frame.assign(t2m=frame.t2m + 3.0)  # a warmer day is not a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict(model, near, grid(3, 3))
+
+
+def test_a_zero_shot_context_without_units_warns(model, data):
+    zero_shot = NeuralProcess.init(model.config, model.normaliser, ["value"],
+                                   normalise="context")  # fmt: skip
+    frame = data["t2m"].isel(time=0)
+    bare = frame.copy()
+    bare.attrs.pop("units")
+    with pytest.warns(XnpWarning, match=r"no 'units' attribute.*attrs\['units'\]"):
+        out = predict(zero_shot, bare, grid(4, 5))
+    assert "units" not in out["t2m_mean"].attrs
+
+
 def test_zero_shot_context_without_spread_is_refused(model, data):
     zero_shot = NeuralProcess.init(model.config, model.normaliser, ["value"],
                                    normalise="context")  # fmt: skip
@@ -420,7 +472,7 @@ def test_templates_as_users_open_them(model, data):
     assert predict(model, frame, lon_first.t2m)["t2m_mean"].dims == ("lat", "lon")
     # a projected grid whose CF grid mapping is a data variable (as open_dataset gives)
     projected = projected_dataset()
-    context = projected.assign(t2m=projected.t2m + 285.0)
+    context = projected.assign(t2m=projected.t2m + 285.0 + projected.x / projected.x.max())
     assert predict(model, context)["t2m_mean"].dims == ("y", "x")
     assert predict(model, frame, projected)["t2m_mean"].dims == ("y", "x")
     # stations whose latitude and longitude are data variables (as from a table)
@@ -504,8 +556,10 @@ def test_targets_and_context_at_a_single_place(model, data):
     one_station = predict(model, data, sites.isel(station=1))
     assert one_station["t2m_mean"].dims == ("time",)
     assert np.isfinite(one_station["t2m_mean"]).all()
-    # a single observation is a context too (of a fitted model)
-    single = predict(model, frame.isel(lat=2, lon=3), grid(3, 3))
+    # a single observation is a context too (of a fitted model), but it cannot tell
+    # the targets apart: said in a warning
+    with pytest.warns(XnpWarning, match="is one observation: the model cannot tell"):
+        single = predict(model, frame.isel(lat=2, lon=3), grid(3, 3))
     assert np.isfinite(single["t2m_mean"]).all()
     # a lazy block without targets (an empty dim) is empty, not an error
     empty = predict(model, frame, {"lat": np.array([]), "lon": [0.0]}, chunks=2).compute()

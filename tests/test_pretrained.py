@@ -92,12 +92,28 @@ def test_zero_shot_context_with_coordinates_as_data_variables(model):
         {
             "lat": ("row", rng.uniform(50, 54, 30)),
             "lon": ("row", rng.uniform(-3, 2, 30)),
-            "t2m": ("row", 280.0 + rng.normal(size=30)),
+            "t2m": ("row", 280.0 + rng.normal(size=30), {"units": "K"}),
         }
     )
     out = xnp.predict(model, table)
     assert list(out.data_vars) == ["t2m_mean", "t2m_std"]
     assert np.isfinite(out.t2m_mean).all()
+
+
+def test_a_dataarray_without_its_coordinates_is_told_how_to_keep_them(model):
+    # lat/lon as data variables stay behind when one variable is taken as a DataArray
+    rng = np.random.default_rng(0)
+    table = xr.Dataset(
+        {
+            "latitude": ("row", rng.uniform(50, 54, 30)),
+            "longitude": ("row", rng.uniform(-3, 2, 30)),
+            "t2m": ("row", 280.0 + rng.normal(size=30), {"units": "K"}),
+        }
+    )
+    with pytest.raises(xnp.errors.CoordinateError, match=r"ds\.set_coords\(\['latitude'"):
+        xnp.predict(model, table.t2m, {"lat": [51.0], "lon": [0.0]})
+    kept = table.set_coords(["latitude", "longitude"]).t2m
+    assert np.isfinite(xnp.predict(model, kept, {"lat": [51.0], "lon": [0.0]}).t2m_mean).all()
 
 
 def _fixed_size(model: xnp.NeuralProcess) -> xnp.NeuralProcess:

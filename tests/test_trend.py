@@ -203,7 +203,9 @@ def test_an_exactly_planar_field_is_predicted_as_the_plane(model):
     s = np.stack(np.meshgrid(lat, lon, indexing="ij"), -1).reshape(-1, 2)
     centre = _unit_vectors(s).mean(0)
     values = _tangent_plane(s, centre).reshape(8, 8)
-    ds = xr.Dataset({"v": (("lat", "lon"), values)}, coords={"lat": lat, "lon": lon})
+    ds = xr.Dataset(
+        {"v": (("lat", "lon"), values, {"units": "K"})}, coords={"lat": lat, "lon": lon}
+    )
     pred = ds.np.predict(model, {"lat": [45.5], "lon": [5.5]}, trend="linear")
     expected = _tangent_plane(np.array([[45.5, 5.5]]), centre)[0]
     np.testing.assert_allclose(float(pred.v_mean.squeeze()), expected, atol=1e-4)

@@ -60,6 +60,7 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
     from xnp.api.predict import predict
+    from xnp.data.coords import locators_as_coords
     from xnp.shipped import resolve_model
 
     model = resolve_model(args.model)
@@ -71,7 +72,8 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
                 f"{', '.join(model.variables)} and reads them from CONTEXT by name."
             )
         check_variables(context, [args.variable], "context")
-        context = context[[args.variable]]
+        # latitude/longitude stored as data variables (a station table) stay with it
+        context = locators_as_coords(context, model.coords)[0][[args.variable]]
     variables = _context_variables(model, context)
     when = parse_time(args.time)
     if when is not None:

@@ -37,7 +37,10 @@ def find_projection(obj: XrObj, var: XrObj, crs: Any) -> tuple[str, str, str]:
     if not xs or not ys:
         raise CoordinateError(
             f"No latitude/longitude (or projected x/y) coordinates found ({present(obj)}). "
-            "Give them CF attributes, e.g. ds['nav_lat'].attrs.update(standard_name="
+            "If they are data variables of the Dataset this was taken from (as "
+            "df.to_xarray() gives), make them coordinates before taking a variable, e.g. "
+            "ds = ds.set_coords(['latitude', 'longitude']). Otherwise, give them CF "
+            "attributes, e.g. ds['nav_lat'].attrs.update(standard_name="
             "'latitude', units='degrees_north'); ds['nav_lon'].attrs.update(standard_name="
             "'longitude', units='degrees_east'), or rename them: "
             "ds = ds.rename({'nav_lat': 'lat', 'nav_lon': 'lon'}). (find_coords, to_points "

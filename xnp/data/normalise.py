@@ -15,6 +15,7 @@ nothing is loaded as a whole.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -98,6 +99,23 @@ def is_zero_shot(model: Any) -> bool:
     True
     """
     return getattr(model, "normalise", "fitted") == "context"
+
+
+def _check_stats(name: str, stats: Stats) -> None:
+    """Raise unless ``stats`` has a finite mean and a positive, finite standard deviation.
+
+    A normaliser read from a file is checked, since a wrong scale (an edited
+    ``std: -5``) would otherwise flip or blow up every prediction silently.
+    """
+    for field, ok in (("mean", lambda v: math.isfinite(v)),
+                      ("std", lambda v: math.isfinite(v) and v > 0)):  # fmt: skip
+        value = getattr(stats, field)
+        real = isinstance(value, int | float) and not isinstance(value, bool)
+        if not real or not ok(value):
+            want = "a finite number" if field == "mean" else "a positive, finite number"
+            raise ConfigError(
+                f"normaliser statistics of {name!r}: {field} must be {want}; got {value!r}."
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +204,8 @@ class Normaliser:
             stats = {str(k): Stats(**v) for k, v in blob["stats"].items()}
         except TypeError as err:
             raise ConfigError(f"Malformed normaliser statistics: {err}.") from err
+        for name, st in stats.items():
+            _check_stats(name, st)
         return cls(stats)
 
     @classmethod

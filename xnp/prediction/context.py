@@ -29,12 +29,19 @@ from xnp.data.trend import DEGREES, Trend, rms_spread
 from xnp.errors import (
     ConfigError,
     EmptyDataError,
+    XnpError,
     XnpWarning,
 )
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.geo.sphere import unit_vectors
 from xnp.infer import Predictor, is_planar
-from xnp.prediction.guards import extent_text, outside_grid
+from xnp.prediction.guards import (
+    check_in_training_range,
+    check_informative,
+    check_units_given,
+    extent_text,
+    outside_grid,
+)
 from xnp.prediction.templates import at_one_place
 
 __all__ = [
@@ -231,6 +238,12 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
             more = _source_points(model, src, source, hours, reference)
             parts += [] if more is None else [more]
     points = _concat(parts)
+    when = _when(data, model)
+    if zero_shot:
+        check_units_given(data, variables, when)
+    else:
+        check_in_training_range(parts[0], variables, when)
+        check_informative(points, variables, when)
     outside = outside_grid(model, np.asarray(points.s[0]))
     if outside is not None and (outside & np.asarray(points.mask[0], bool)).any():
         warnings.warn(
@@ -241,6 +254,15 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
         )
         points = points.replace(mask=points.mask & ~outside[None])
     return Context(model, predictor, points, attrs, trend)
+
+
+def _when(data: xr.Dataset, model: Any) -> str:
+    """`` at <time>`` of a one-time context (for messages), else ``""``."""
+    try:
+        t = find_coords(data, model.variables[0], **coord_names(model, data)).time
+    except XnpError:
+        return ""
+    return "" if t is None or data[t].ndim else f" at {data[t].values}"
 
 
 #: Bounds of the distance scale of :func:`_at_working_size`.

@@ -9,10 +9,12 @@ the targets are chunked and a lazy computation cannot fail half-way.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.spatial
+import xarray as xr
 
 from xnp.arrays import Points
 from xnp.data.flatten import PointSet
@@ -23,7 +25,16 @@ from xnp.errors import (
 from xnp.geo.sphere import great_circle_km, unit_vectors
 from xnp.infer import is_planar
 
-__all__ = ["check_within_radius", "extent_text", "outside_grid", "warn_far_targets"]
+__all__ = [
+    "FAR_OUTSIDE_TRAINING",
+    "check_in_training_range",
+    "check_informative",
+    "check_units_given",
+    "check_within_radius",
+    "extent_text",
+    "outside_grid",
+    "warn_far_targets",
+]
 
 
 def outside_grid(model: Any, s: np.ndarray) -> np.ndarray | None:
@@ -111,4 +122,81 @@ def check_within_radius(model: Any, context: Points, targets: PointSet, radius_k
             "from the nearest): regional prediction has nothing to condition them on. "
             f"Increase context_radius (to at least {np.ceil(km.max()):,.0f} km), restrict "
             "the targets to the observed region, or predict without context_radius."
+        )
+
+
+#: A fitted model's context lies "far outside its training data" when the median of
+#: its standardised values, |value - training mean| / training std, exceeds this:
+#: no field varies by ten of its own standard deviations, but other units (degC
+#: for K: ~50), unapplied packing (int16 counts) or another variable do.
+FAR_OUTSIDE_TRAINING = 10.0
+
+
+def check_in_training_range(points: Points, variables: Sequence[str], when: str) -> None:
+    """Warn when a fitted model's context sits far outside the values it was trained on.
+
+    The model then sees inputs unlike any in training and answers with a flat
+    field, silently; the likely causes are named (units, packing, variable).
+    """
+    f = np.asarray(points.f[0])[np.asarray(points.mask[0], bool)]
+    for j, v in enumerate(variables):
+        z = np.abs(f[:, j][np.isfinite(f[:, j])])
+        if z.size and float(np.median(z)) > FAR_OUTSIDE_TRAINING:
+            warnings.warn(
+                f"the context of {v!r}{when} lies far outside the values the model was "
+                f"trained on: its median is {float(np.median(z)):.0f} training standard "
+                f"deviations from the training mean (more than {FAR_OUTSIDE_TRAINING:g}), "
+                "and the prediction will be meaningless. Check the units (e.g. degC given "
+                "to a model trained in K, or no 'units' attribute), packed values whose "
+                "scale_factor/add_offset were not applied, or another variable.",
+                XnpWarning,
+                stacklevel=5,
+            )
+
+
+def check_informative(points: Points, variables: Sequence[str], when: str) -> None:
+    """Warn when a context cannot tell the targets apart (one place, or all alike).
+
+    With every context point at one place, or every point the same token (equal
+    values and covariates), attention weights or attended values are the same for
+    every target: each target gets the same mean and the same standard deviation,
+    near the observations and far from them alike.
+    """
+    real = np.asarray(points.mask[0], bool)
+    if not real.any():
+        return
+    s = np.asarray(points.s[0])[real]
+    tokens = np.concatenate([np.asarray(points.f[0]), np.asarray(points.x[0])], -1)[real]
+    one_place = bool(np.all(s == s[0]))
+    alike = bool(np.all(tokens == tokens[0]))
+    if not (one_place or alike):
+        return
+    n = int(real.sum())
+    what = "one observation" if n == 1 else (
+        f"{n} observations, all at one place" if one_place else f"{n} observations, all equal"
+    )  # fmt: skip
+    warnings.warn(
+        f"the context of {', '.join(map(repr, variables))}{when} is {what}: the model cannot "
+        "tell the targets apart, so every target gets the same mean and standard deviation, "
+        "at the observation and far from it alike (its uncertainty does not grow with "
+        "distance). Give at least two different observations at different places.",
+        XnpWarning,
+        stacklevel=5,
+    )
+
+
+def check_units_given(data: xr.Dataset, variables: Sequence[str], when: str) -> None:
+    """Warn when a zero-shot context does not say its units.
+
+    A zero-shot model predicts in the context's own units; without a ``units``
+    attribute nothing says what they are, nor checks them against the targets.
+    """
+    missing = [v for v in variables if "units" not in data[v].attrs]
+    if missing:
+        warnings.warn(
+            f"the context variable(s) {missing}{when} have no 'units' attribute: a zero-shot "
+            "model predicts in the context's own units, so the prediction will carry none. "
+            "Set them, e.g. ds[name].attrs['units'] = 'K'.",
+            XnpWarning,
+            stacklevel=5,
         )
