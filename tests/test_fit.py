@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import dask
 import jax
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from xnp.data import ForecastTasks, SpatialTasks
 from xnp.errors import ConfigError, EmptyDataError, VariableNotFoundError, XnpWarning
 from xnp.models.config import BSATNPConfig
 from xnp.models.swin_config import SwinTNPConfig
+from xnp.testing import ComputeCounter
 from xnp.train import TrainConfig, data_mesh
 
 FAST = TrainConfig(log_every=25, validate_every=50, validation_batches=4)
@@ -329,3 +331,44 @@ def test_default_tasks_follow_the_time_axis():
     monthly = ds.assign_coords(time=pd.date_range("2000-01-01", periods=36, freq="MS"))
     assert isinstance(default_tasks(monthly, "field"), SpatialTasks)
     assert isinstance(default_tasks(ds.isel(time=0), "field"), SpatialTasks)
+
+
+def test_lazy_training_data_are_read_once_within_the_budget(caplog):
+    # a dask-backed dataset (as from zarr) costs one compute per task when read through
+    # dask; within the load budget it is read into memory once, as a copy
+    ds = gp_data()
+    lazy = ds.chunk({"time": 8})
+    counter = ComputeCounter()
+    with dask.config.set(scheduler=counter), caplog.at_level("INFO", logger="xnp.data"):
+        model = fit(lazy, steps=6, seed=1)
+    assert counter.calls <= 4, counter.calls  # normaliser, loads: not one per task
+    assert "read into memory once" in caplog.text
+    assert lazy.field.chunks is not None  # the user's data stay lazy
+    for a, b in zip(leaves(model), leaves(fit(ds, steps=6, seed=1)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    counter = ComputeCounter()
+    with dask.config.set(scheduler=counter):
+        fit(lazy, steps=2, seed=1, validation=None)  # the default budget, again
+    no_budget = ComputeCounter()
+    with dask.config.set(scheduler=no_budget):
+        xnp.data.TaskSampler(lazy, "field", batch_size=2, load_budget=None).batch(0)
+    assert no_budget.calls >= 2  # frame by frame: a compute per task
+
+
+def test_boolean_data_are_refused_with_a_hint():
+    ds = gp_data()
+    flags = ds.assign(field=ds.field > 0)
+    with pytest.raises(ConfigError, match=r"holds booleans.*astype\(float\)"):
+        fit(flags, steps=2)
+
+
+def test_infinite_values_are_counted_in_a_warning():
+    ds = gp_data()
+    bad = ds.copy(deep=True)
+    bad["field"][0, 0, :3] = np.inf
+    with pytest.warns(XnpWarning, match=r"3 value\(s\) of field are infinite"):
+        model = fit(bad, steps=2, validation=None, tasks=SpatialTasks())
+    frame = bad.isel(time=0)
+    with pytest.warns(XnpWarning, match=r"3 value\(s\) of 'field' are infinite"):
+        pred = xnp.predict(model, frame, frame.drop_vars("field"))
+    assert np.isfinite(pred.field_mean).all()

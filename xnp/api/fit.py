@@ -100,7 +100,9 @@ def fit(
     ----------
     data : Dataset or DataArray
         The training data (gridded or stations, with or without time); never
-        loaded as a whole or modified.
+        modified.  Data held by dask are read into memory once (as a copy) when
+        the variables fit 1 GiB, and frame by frame for each task otherwise
+        (:class:`~xnp.data.TaskSampler`'s ``load_budget``); a log line says which.
     variable : str or list of str
         Variable(s) to learn (default for a DataArray: its name).
     model : str or BSATNPConfig

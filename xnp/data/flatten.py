@@ -28,7 +28,7 @@ from xnp.data.covariates import covariate_channels, covariate_names, point_covar
 from xnp.data.times import day_and_year_fractions, time_hours
 from xnp.errors import DimensionError, EmptyDataError, ShapeError, XnpWarning
 
-__all__ = ["PointSet", "prediction_attrs", "predictions_to_xarray", "to_points"]
+__all__ = ["PointSet", "prediction_attrs", "predictions_to_xarray", "to_points", "warn_infinite"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -141,6 +141,23 @@ def as_dataset(
     return data.to_dataset(name=str(name))
 
 
+def warn_infinite(name: str, count: int, stacklevel: int = 3) -> None:
+    """Warn that ``count`` values of ``name`` are ±inf and are left out as missing.
+
+    Infinite values are dropped as NaN values are, but unlike a NaN an inf is
+    seldom meant as "missing": a division by zero, an overflow, a fill value
+    decoded wrong.  Nothing is said when ``count`` is 0.
+    """
+    if count:
+        warnings.warn(
+            f"{count:,} value(s) of {name} are infinite (±inf) and are left out, as missing "
+            "(NaN) values are. Check their source (a division by zero, an overflow, a fill "
+            "value), or mark them missing yourself: ds.where(np.isfinite(ds)).",
+            XnpWarning,
+            stacklevel=stacklevel,
+        )
+
+
 def to_points(
     data: xr.Dataset | xr.DataArray,
     variable: str | Sequence[str] | None = None,
@@ -150,6 +167,7 @@ def to_points(
     layout: Layout | None = None,
     extra_dims: Literal["raise", "flatten"] = "raise",
     dropna: bool = True,
+    warn_inf: bool = True,
     **names: Any,
 ) -> PointSet:
     """Flatten ``variable`` of ``data`` into a :class:`PointSet`.
@@ -174,7 +192,11 @@ def to_points(
         ``member``): raise a :class:`DimensionError` (default), or flatten them into
         separate points at the same location and time.
     dropna : bool
-        Drop points with a missing value or covariate (default True).
+        Drop points with a missing value or covariate (default True); infinite
+        values count as missing.
+    warn_inf : bool
+        Warn when infinite values are dropped (:func:`warn_infinite`); the task
+        sampler, which reads the same data again and again, checks them once instead.
     **names
         Explicit coordinate names for :func:`find_coords` (``lat``, ``lon``,
         ``time``, ``elevation``, ``crs``).
@@ -206,6 +228,8 @@ def to_points(
         stacked = [np.asarray(data[v].transpose(*dims).values, np.float64) for v in variables]
         values = np.stack([v.ravel() for v in stacked], axis=-1)
         flat = np.flatnonzero(np.isfinite(values).all(-1)) if dropna else np.arange(len(values))
+        if dropna and warn_inf:
+            warn_infinite(", ".join(map(repr, variables)), int(np.isinf(values).any(-1).sum()))
         if flat.size == 0:
             raise EmptyDataError(
                 f"Every value of {variables} is missing (NaN) in the {shape} array over {dims}. "

@@ -32,7 +32,7 @@ from xnp.data.covariates import (
     user_covariates,
 )
 from xnp.data.elevation import elevation_metres
-from xnp.data.flatten import as_dataset
+from xnp.data.flatten import as_dataset, warn_infinite
 from xnp.errors import ConfigError, CoordinateError, EmptyDataError, IncompatibleUnitsError
 from xnp.units import canonical_units
 
@@ -259,10 +259,14 @@ class Normaliser:
         reductions = {}
         for name, da in lazy.items():
             da = da.reset_coords(drop=True).astype(np.float64)
-            reductions[f"{name}/mean"] = da.mean()
-            reductions[f"{name}/std"] = da.std()
+            finite = da.where(np.isfinite(da))  # ±inf are missing values, as in to_points
+            reductions[f"{name}/mean"] = finite.mean()
+            reductions[f"{name}/std"] = finite.std()
+            reductions[f"{name}/inf"] = np.isinf(da).sum()
         (computed,) = dask.compute(reductions)
         stats: dict[str, Stats] = {}
+        for name in lazy:
+            warn_infinite(name, int(computed[f"{name}/inf"]), stacklevel=3)
         for name, da in lazy.items():
             mean = float(computed[f"{name}/mean"])
             std = float(computed[f"{name}/std"])

@@ -4,7 +4,10 @@
 several *sources* (e.g. stations plus a coarse grid), normalises them and pads them
 into :class:`~xnp.data.batch.Batch` objects.  For each task it selects, with
 ``isel``, only the frames and the window it needs and reads just those, so a
-dask- or zarr-backed dataset is never loaded or copied as a whole.
+dask- or zarr-backed dataset too large for memory is never loaded or copied as a
+whole.  One that fits a stated budget (``load_budget``, 1 GiB by default) is read
+into memory once, as a new object (the user's stays lazy), and a log line says so:
+reading each task's frames through dask costs a compute per task.
 
 Batch ``k`` depends only on ``(seed, k)``: iterating twice, or asking for
 ``sampler.batch(k)`` directly, gives the same batch.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -33,8 +37,11 @@ from xnp.data.normalise import Normaliser, check_same_units
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import match_hours, time_hours, validation_cut
 from xnp.errors import ConfigError, EmptyDataError
+from xnp.units import parse_bytes
 
 __all__ = ["TaskSampler"]
+
+log = logging.getLogger("xnp.data")
 
 #: Draws allowed per task of a batch before giving up (empty frames and windows).
 _DRAWS_PER_TASK = 100
@@ -86,6 +93,7 @@ class _Source:
                 covariates=self.covariates,
                 layout=self.layout,
                 extra_dims=self.extra_dims,
+                warn_inf=False,  # counted once, by the normaliser's pass over the data
             )
         except EmptyDataError:
             return None
@@ -103,9 +111,18 @@ def _make_source(
     dem: xr.DataArray | None,
     extra_dims: Literal["raise", "flatten"],
     names: Mapping[str, Any],
+    load_budget: int | None = None,
 ) -> _Source:
     data = as_dataset(data, variables)
     variables = resolve_variables(data, list(variables))
+    for v in variables:
+        if data[v].dtype == bool:
+            raise ConfigError(
+                f"{v!r} (source {name!r}) holds booleans: a neural process predicts real "
+                "values with a Gaussian uncertainty, not True/False. To learn the "
+                f"probability of True, fit on data[{v!r}].astype(float) (and read the "
+                "predicted mean as that probability); or choose another variable."
+            )
     layout = find_coords(data, variables[0], **names)
     if layout.time is not None and layout.time_dim is None and data[layout.time].ndim > 0:
         raise ConfigError(
@@ -116,6 +133,14 @@ def _make_source(
     wanted = [*variables, *(c for c in covariates if c in data.data_vars)]
     wanted += [n for n in (layout.lat, layout.lon, layout.elevation) if n in data.data_vars]
     view = data[list(dict.fromkeys(wanted))]  # a new Dataset sharing the user's arrays
+    lazy = any(v.chunks is not None for v in view.variables.values())
+    if lazy and load_budget is not None and view.nbytes <= load_budget:
+        log.info(
+            "source %r: its %.0f MiB held by dask fit the load budget of %.0f MiB: read into "
+            "memory once (each task would otherwise compute from dask)",
+            name, view.nbytes / 2**20, load_budget / 2**20,
+        )  # fmt: skip
+        view = view.compute()  # a new object: the user's data stay lazy
     if "elevation" in covariates and dem is not None:
         lat_grid, lon_grid = latlon(view, layout)
         elevation = interpolate_dem(dem, lat_grid, lon_grid)
@@ -144,7 +169,8 @@ class TaskSampler:
     ----------
     data : Dataset, DataArray, or mapping of name to Dataset
         The data, or several sources (e.g. ``{"stations": st, "era5": grid}``);
-        never modified, copied or loaded as a whole.
+        never modified; a dask-backed source is read into memory (as a copy) only
+        within ``load_budget``.
     variable : str or list of str
         The variable(s) to learn; every source must hold them (in the same units).
     task : SpatialTasks, ForecastTasks or WindowTasks, optional
@@ -174,6 +200,10 @@ class TaskSampler:
         Length of the stream (default: endless).
     extra_dims : {"raise", "flatten"}
         Treatment of dimensions other than space and time (see :func:`to_points`).
+    load_budget : int or str, optional
+        A dask-backed source whose variables and coordinates take at most this
+        much memory (e.g. ``"1GiB"``) is read into memory once, as a new object;
+        larger ones (or any, with ``None``) are read frame by frame for each task.
     **names
         Explicit coordinate names (``lat``, ``lon``, ``time``, ``elevation``, ``crs``).
 
@@ -211,6 +241,7 @@ class TaskSampler:
         buckets: Sequence[int] | None = None,
         num_batches: int | None = None,
         extra_dims: Literal["raise", "flatten"] = "raise",
+        load_budget: int | str | None = "1GiB",
         **names: Any,
     ) -> None:
         is_single = isinstance(data, xr.Dataset | xr.DataArray)
@@ -236,8 +267,9 @@ class TaskSampler:
         self.buckets = None if buckets is None else tuple(sorted(buckets))
         self.num_batches = num_batches
         covariates = covariate_names(covariates)
+        budget = None if load_budget is None else parse_bytes(load_budget)
         self.sources = [
-            _make_source(n, i, d, self.variables, covariates, dem, extra_dims, names)
+            _make_source(n, i, d, self.variables, covariates, dem, extra_dims, names, budget)
             for i, (n, d) in enumerate(sources.items())
         ]
         self._target = next(s for s in self.sources if s.name == target_source)
