@@ -145,6 +145,19 @@ def test_loading_a_broken_directory_raises_checkpoint_error(model, tmp_path, how
         xnp.load(path)
 
 
+def test_a_directory_without_format_or_history(model, tmp_path):
+    path = model.save(tmp_path / "model")
+    (path / "history.json").unlink()  # a record of the training, not needed to predict
+    loaded = xnp.load(path)
+    assert loaded.history_.sizes["step"] == 0
+    assert_same_params(loaded, model)
+    meta = json.loads((path / "config.json").read_text())
+    del meta["format"]
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="no 'format' key, so its format is unknown"):
+        xnp.load(path)
+
+
 def test_load_of_a_missing_path_raises(tmp_path):
     with pytest.raises(CheckpointError, match="not a directory"):
         xnp.load(tmp_path / "nothing")

@@ -47,6 +47,23 @@ def test_gridded_targets_are_labelled(model, data):
     assert float(out.time) == float(t0.astype("datetime64[ns]").astype(float))
 
 
+def test_predicted_coordinates_carry_cf_attributes(model, data, forecaster):
+    template = grid()  # coordinates without attributes, as a dict of arrays makes them
+    out = predict(model, data, template, time=data.time.values[1])
+    assert out.lat.attrs == {"standard_name": "latitude", "units": "degrees_north", "axis": "Y"}
+    assert out.lon.attrs["units"] == "degrees_east"
+    assert out.lon.attrs["axis"] == "X"
+    assert out.time.attrs["standard_name"] == "time"
+    assert template.lat.attrs == {}  # the user's template is not modified
+    own = template.assign_coords(lat=template.lat.assign_attrs(units="degree_north"))
+    assert predict(model, data, own, time=data.time.values[1]).lat.attrs["units"] == "degree_north"
+    frames = grid_dataset(nt=5, ny=6, nx=7)
+    fc = predict(forecaster, frames, grid(3, 4))
+    assert fc.init_time.attrs["standard_name"] == "forecast_reference_time"
+    assert fc.lead_time.attrs["standard_name"] == "forecast_period"
+    assert fc.valid_time.attrs["standard_name"] == "time"
+
+
 def test_lazy_equals_eager_and_builds_without_computing(model, data):
     t0 = data.time.values[0]
     eager = predict(model, data, grid(), time=t0)

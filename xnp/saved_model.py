@@ -125,6 +125,12 @@ def read_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
         if latest is not None:
             directory = latest
     meta = read_json(directory / "config.json")
+    if "format" not in meta:
+        raise CheckpointError(
+            f"{directory}/config.json has no 'format' key, so its format is unknown: it was "
+            "not written by xnp's NeuralProcess.save (or the key was removed). Load a "
+            "directory that xnp saved."
+        )
     if meta.get("format") != FORMAT:
         raise CheckpointError(
             f"{directory} has format {meta.get('format')!r}; this xnp ({__version__}) reads "
@@ -148,7 +154,10 @@ def read_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
         for key in ("coords", "training"):
             if not isinstance(meta.get(key) or {}, Mapping):
                 raise CheckpointError(f"{directory}/config.json: {key!r} must be a mapping.")
-        history_blob = read_json(directory / "history.json")
+        # the history is a record of the training, not needed to predict: a directory
+        # without it (copied without, or from a hand-made model) loads with an empty one
+        history_file = directory / "history.json"
+        history_blob = read_json(history_file) if history_file.exists() else {}
     except CheckpointError:
         raise
     except KeyError as err:

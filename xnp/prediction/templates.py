@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from xnp.data.coords import find_coords, locators_as_coords
+from xnp.data.coords import find_coords, is_latitude, is_longitude, locators_as_coords
 from xnp.data.times import is_datetime
 from xnp.errors import (
     ConfigError,
@@ -97,6 +97,55 @@ def at_one_place(ds: xr.Dataset, names: Mapping[str, Any], variable: str | None 
     )
 
 
+#: CF attributes of the coordinates of a prediction, by role (``axis`` only for 1-D
+#: dimension coordinates); a coordinate's own attributes win.
+_CF_ATTRS = {
+    "latitude": {"standard_name": "latitude", "units": "degrees_north", "axis": "Y"},
+    "longitude": {"standard_name": "longitude", "units": "degrees_east", "axis": "X"},
+    "time": {"standard_name": "time", "axis": "T"},
+    "init_time": {"standard_name": "forecast_reference_time"},
+    "lead_time": {"standard_name": "forecast_period"},
+    "valid_time": {"standard_name": "time"},
+}
+
+
+def with_cf_attrs(out: xr.Dataset) -> xr.Dataset:
+    """``out`` whose latitude, longitude and time coordinates carry their CF attributes.
+
+    ``standard_name``, ``units`` (degrees) and ``axis`` are added where missing, on
+    new coordinate variables (the template's are never modified); attributes the
+    coordinates have are kept.
+
+    Examples
+    --------
+    >>> out = with_cf_attrs(xr.Dataset(coords={"lat": [50.0, 51.0], "lon": [0.0, 1.0]}))
+    >>> out.lat.attrs
+    {'standard_name': 'latitude', 'units': 'degrees_north', 'axis': 'Y'}
+    """
+    new = {}
+    for name, coord in out.coords.items():
+        role = None
+        if name in ("init_time", "lead_time", "valid_time"):
+            role = name
+        elif is_datetime(np.asarray(coord.values)):
+            role = "time"
+        elif coord.dtype.kind == "f" and is_latitude(coord):
+            role = "latitude"
+        elif coord.dtype.kind == "f" and is_longitude(coord):
+            role = "longitude"
+        if role is None:
+            continue
+        extra = dict(_CF_ATTRS[role])
+        if name not in out.dims or coord.ndim != 1:
+            extra.pop("axis", None)
+        missing = {k: v for k, v in extra.items() if k not in coord.attrs}
+        if missing:
+            variable = coord.variable.copy(deep=False)
+            variable.attrs = {**coord.attrs, **missing}
+            new[name] = variable
+    return out.assign_coords(new) if new else out
+
+
 @dataclasses.dataclass(frozen=True)
 class Template:
     """Where to predict: the target coordinates, and how to lay out the result.
@@ -115,8 +164,11 @@ class Template:
         """``out`` with the template's dims in the template variable's order (last).
 
         On a projected grid, each prediction names its CF grid mapping (the
-        ``grid_mapping`` attribute), as the template's variables do.
+        ``grid_mapping`` attribute), as the template's variables do.  Latitude,
+        longitude and time coordinates get their CF attributes where they lack
+        them (:func:`with_cf_attrs`).
         """
+        out = with_cf_attrs(out)
         mapping = [str(k) for k, v in out.coords.items() if "grid_mapping_name" in v.attrs]
         if len(mapping) == 1:
             for v in out.data_vars.values():
