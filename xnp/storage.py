@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,11 @@ def write_dataset(
     target.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "zarr":
         with atomic_directory(target, marker=_ZARR_MARKERS) as tmp, _progress(progress):
-            ds.to_zarr(tmp, mode="w", consolidated=False)
+            # consolidated, so that a plain xr.open_zarr reads it without a warning;
+            # zarr says (once per write) that consolidation is not yet in the v3 spec
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+                ds.to_zarr(tmp, mode="w", consolidated=True)
         return target
     with atomic_file(target) as tmp, _progress(progress):
         ds.to_netcdf(tmp)
