@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import pytest
 import xarray as xr
 from hypothesis import strategies as st
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: The real data: the folder named by $XNP_DATA, else ../shared/data beside the repository.
+DATA_DIR = Path(
+    os.environ.get("XNP_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 
 requires_data = pytest.mark.skipif(
     not DATA_DIR.is_dir(),
-    reason=f"real test data folder {DATA_DIR} is absent (it lives next to the repository)",
+    reason=f"real test data folder {DATA_DIR} is absent (next to the repository, or set XNP_DATA)",
 )
 
 

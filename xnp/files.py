@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 import safetensors.numpy
 
@@ -52,6 +51,8 @@ __all__ = [
 
 
 def _key_name(key: Any) -> str | None:
+    import jax  # (here: the CLI checks its files without loading JAX)
+
     if isinstance(key, jax.tree_util.DictKey):
         return str(key.key)
     if isinstance(key, jax.tree_util.SequenceKey):
@@ -77,6 +78,8 @@ def tree_to_arrays(tree: Any, *, by_path: bool = True) -> dict[str, np.ndarray]:
     >>> sorted(tree_to_arrays((np.ones(2), np.zeros(())), by_path=False))
     ['00000', '00001']
     """
+    import jax  # (here: the CLI checks its files without loading JAX)
+
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     out: dict[str, np.ndarray] = {}
     for i, (path, leaf) in enumerate(leaves):
@@ -102,6 +105,8 @@ def arrays_to_tree(template: Any, arrays: Mapping[str, np.ndarray], *, by_path: 
     >>> arrays_to_tree(template, {"a": np.ones(2), "b.0": np.ones(1)})["b"][0].tolist()
     [1.0]
     """
+    import jax  # (here: the CLI checks its files without loading JAX)
+
     names = tree_to_arrays_names(template, by_path=by_path)
     leaves, treedef = jax.tree.flatten(template)
     missing = [n for n in names if n not in arrays]
@@ -128,6 +133,8 @@ def arrays_to_tree(template: Any, arrays: Mapping[str, np.ndarray], *, by_path: 
 
 def tree_to_arrays_names(tree: Any, *, by_path: bool = True) -> list[str]:
     """Names :func:`tree_to_arrays` gives the leaves of ``tree``, in leaf order."""
+    import jax  # (here: the CLI checks its files without loading JAX)
+
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     if not by_path:
         return [f"{i:05d}" for i in range(len(leaves))]

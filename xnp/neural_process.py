@@ -30,7 +30,8 @@ from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError, XnpError
 from xnp.files import atomic_directory
 from xnp.history import history_dataset, plot_history
-from xnp.models.registry import build_model, config_to_dict, graphdef_of
+from xnp.models.build import build_model, graphdef_of
+from xnp.models.registry import config_to_dict
 from xnp.nn.bias import rescaled_rates
 from xnp.nn.layers import count_params
 from xnp.prediction import predict_with

@@ -38,7 +38,8 @@ from xnp.files import (
     write_json,
 )
 from xnp.history import history_dataset, history_json
-from xnp.models.registry import config_from_dict, config_to_dict, params_template
+from xnp.models.build import params_template
+from xnp.models.registry import config_from_dict, config_to_dict
 from xnp.train.checkpoints import CheckpointDir
 from xnp.train.state import history_lists
 

@@ -286,12 +286,12 @@ def write_dataset(
     ds = ds.drop_encoding()  # encodings (chunks, dtypes) copied from the inputs may not fit
     target.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "zarr":
-        with atomic_directory(target, marker=_ZARR_MARKERS) as tmp, _progress(progress):
-            # consolidated, so that a plain xr.open_zarr reads it without a warning;
-            # zarr says (once per write) that consolidation is not yet in the v3 spec
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-                ds.to_zarr(tmp, mode="w", consolidated=True)
+        # consolidated, so that a plain xr.open_zarr reads it without a warning; zarr
+        # says (once per write) that consolidation is not yet in the v3 specification
+        quiet = warnings.catch_warnings()
+        with atomic_directory(target, marker=_ZARR_MARKERS) as tmp, _progress(progress), quiet:
+            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+            ds.to_zarr(tmp, mode="w", consolidated=True)
         return target
     with atomic_file(target) as tmp, _progress(progress):
         ds.to_netcdf(tmp)

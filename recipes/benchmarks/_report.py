@@ -17,7 +17,9 @@ import xarray as xr
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 #: The real datasets next to the repository (see ../shared/data/README).
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+SHARED_DATA = Path(
+    os.environ.get("XNP_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data"
+)
 HEADER = (
     "# Benchmarks\n\n"
     "Every table is written by the script named in its section; rerun it to update.\n"

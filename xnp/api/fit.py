@@ -57,7 +57,8 @@ from xnp.errors import (
     XnpWarning,
 )
 from xnp.history import history_dataset
-from xnp.models.registry import build_model, config_to_dict, model_config, params_template
+from xnp.models.build import build_model, params_template
+from xnp.models.registry import config_to_dict, model_config
 from xnp.models.swin_config import SwinTNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.train.checkpoints import CheckpointDir, read_state, write_state

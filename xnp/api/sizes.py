@@ -24,7 +24,7 @@ from xnp.data.coords import (
     find_coords,
     latlon,
 )
-from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, in_window
+from xnp.data.tasks import DEFAULT_MAX_POINTS, ForecastTasks, SpatialTasks, WindowTasks, in_window
 from xnp.data.times import time_hours, validation_cut
 from xnp.errors import (
     ConfigError,
@@ -44,10 +44,6 @@ __all__ = [
 log = logging.getLogger("xnp.api")
 
 Tasks = SpatialTasks | ForecastTasks | WindowTasks
-
-
-#: Caps on the points per task of the default task specifications.
-DEFAULT_MAX_POINTS = 1024
 
 
 def default_tasks(data: xr.Dataset, variable: str, validation_fraction: float = 0.1) -> Tasks:

@@ -65,7 +65,11 @@ def check_model_out(path: Path) -> None:
         If ``path`` exists and is not an xnp model directory (nor empty).
     """
     from xnp.files import check_replaceable
-    from xnp.saved_model import is_saved_model
+
+    def is_saved_model(directory: Path) -> bool:  # imported only for an existing folder
+        from xnp.saved_model import is_saved_model
+
+        return is_saved_model(directory)
 
     check_parent(path)
     check_replaceable(path, "config.json", recognise=is_saved_model)

@@ -19,27 +19,15 @@ import numpy as np
 import xarray as xr
 
 from xnp.cli.checks import check_model_out, check_variables, time_dim
+from xnp.cli.defaults import DEMO_MAX_POINTS, DEMO_MODEL
 from xnp.cli.fit_command import train_config
 from xnp.data.normalise import is_zero_shot
 from xnp.errors import UsageError, VariableNotFoundError
 from xnp.storage import check_output, open_data, save_figure, write_dataset
 
-__all__ = [
-    "DEMO_LEARNING_RATE",
-    "DEMO_MAX_POINTS",
-    "DEMO_MODEL",
-    "DEMO_STEPS",
-    "demo_grid",
-    "run_demo",
-]
+__all__ = ["demo_grid", "run_demo"]
 
 log = logging.getLogger(__name__)
-
-#: Settings of ``xnp demo`` (small enough to finish in about a minute on two CPU cores).
-DEMO_STEPS = 400
-DEMO_MODEL = "bsa-tnp-tiny"
-DEMO_MAX_POINTS = 128
-DEMO_LEARNING_RATE = 1e-2
 
 
 def demo_grid(data: xr.Dataset, variable: str, resolution: float) -> dict[str, xr.DataArray]:

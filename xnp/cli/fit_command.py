@@ -50,9 +50,7 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     Takes the parsed command line and the stack that closes the files it opens;
     returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
-    from xnp.api.fit import fit
-    from xnp.api.sizes import DEFAULT_MAX_POINTS
-    from xnp.data.tasks import SpatialTasks
+    from xnp.data.tasks import DEFAULT_MAX_POINTS, SpatialTasks
 
     if args.max_points is not None and args.tasks != "spatial":
         raise UsageError(
@@ -83,6 +81,8 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     max_points = args.max_points or DEFAULT_MAX_POINTS
     tasks = (SpatialTasks(max_context=max_points, max_targets=max_points)
              if args.tasks == "spatial" else None)  # fmt: skip
+    from xnp.api.fit import fit  # (here: a wrong --out is refused without loading JAX)
+
     model = fit(
         data, variables, model=args.model, covariates=args.covariates, tasks=tasks,
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,

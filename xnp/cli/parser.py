@@ -3,18 +3,18 @@
 The command line is built with :mod:`argparse` from the standard library: four
 subcommands with plain options need no third-party CLI framework, so the command
 adds no dependency.  Each subcommand's parser names the function that runs it
-(``func``), from the command modules; those import the models only when they run,
-so building the parser (``xnp --help``) stays cheap.
+(``func``), imported from its command module only when it runs, so building the
+parser (``xnp --help``, or a usage error) imports neither xarray nor JAX.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 from typing import Any
 
-from xnp.cli.demo import DEMO_LEARNING_RATE, DEMO_STEPS, run_demo
-from xnp.cli.evaluate_command import run_evaluate
-from xnp.cli.fit_command import run_fit
+from xnp.cli.defaults import DEMO_LEARNING_RATE, DEMO_STEPS
 from xnp.cli.options import (
     parse_chunks,
     parse_names,
@@ -24,7 +24,6 @@ from xnp.cli.options import (
     positive_int,
     quantity,
 )
-from xnp.cli.predict_command import run_predict
 
 __all__ = ["EPILOG", "build_parser"]
 
@@ -36,6 +35,20 @@ exit status:
   2    invalid command line (unknown option or bad option value)
   130  interrupted
 """
+
+
+def _command(module: str, name: str) -> Callable[..., int]:
+    """The function ``name`` of ``xnp.cli.<module>``, imported when the command runs.
+
+    The command modules import xarray and the data layer; ``xnp --help`` and an
+    invalid command line need none of it.
+    """
+
+    def run(*args: Any) -> int:
+        return getattr(importlib.import_module(f"xnp.cli.{module}"), name)(*args)
+
+    run.__name__ = name
+    return run
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -150,7 +163,7 @@ def _add_demo(subs: Any) -> None:
         "--no-progress", dest="progress", action="store_false", help="hide progress bars"
     )
     _common(p)
-    p.set_defaults(func=run_demo, _parser=p)
+    p.set_defaults(func=_command("demo", "run_demo"), _parser=p)
 
 
 def _source_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -164,7 +177,7 @@ def _source_option(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_fit(subs: Any) -> None:
-    from xnp.api.sizes import DEFAULT_MAX_POINTS
+    from xnp.data.tasks import DEFAULT_MAX_POINTS
     from xnp.models.registry import available_models, name_key
 
     p = subs.add_parser(
@@ -273,7 +286,7 @@ def _add_fit(subs: Any) -> None:
         "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
     )
     _common(p)
-    p.set_defaults(func=run_fit, _parser=p)
+    p.set_defaults(func=_command("fit_command", "run_fit"), _parser=p)
 
 
 def _add_predict(subs: Any) -> None:
@@ -369,7 +382,7 @@ def _add_predict(subs: Any) -> None:
         "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
     )
     _common(p)
-    p.set_defaults(func=run_predict, _parser=p)
+    p.set_defaults(func=_command("predict_command", "run_predict"), _parser=p)
 
 
 def _add_evaluate(subs: Any) -> None:
@@ -402,7 +415,7 @@ def _add_evaluate(subs: Any) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     _common(p)
-    p.set_defaults(func=run_evaluate, _parser=p)
+    p.set_defaults(func=_command("evaluate_command", "run_evaluate"), _parser=p)
 
 
 def build_parser() -> argparse.ArgumentParser:

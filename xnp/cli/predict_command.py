@@ -59,6 +59,13 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     Takes the parsed command line and the stack that closes the files it opens;
     returns the exit status, 0 (failures raise, and :func:`xnp.cli.main` reports them).
     """
+    # the output first: a wrong --out is refused before the model and JAX are loaded
+    fmt = output_format(args.out, args.format)
+    inputs = {"CONTEXT": args.context, "TARGETS": args.targets}
+    inputs.update({f"context source {n!r}": p for n, p in args.context_source or []})
+    check_not_input(args.out, inputs)
+    check_output(args.out, fmt, args.overwrite)
+
     from xnp.api.predict import predict
     from xnp.data.coords import locators_as_coords
     from xnp.shipped import resolve_model
@@ -81,11 +88,6 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     targets = None
     if args.targets:
         targets = files.enter_context(open_data(args.targets, what="targets"))
-    fmt = output_format(args.out, args.format)
-    inputs = {"CONTEXT": args.context, "TARGETS": args.targets}
-    inputs.update({f"context source {n!r}": p for n, p in args.context_source or []})
-    check_not_input(args.out, inputs)
-    check_output(args.out, fmt, args.overwrite)
     template = targets if targets is not None else context
     chunks = args.chunks or _default_chunks(model, template)
     unknown = sorted(set(chunks) - {str(d) for d in template.dims})

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import xarray as xr
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["format_table"]
 
@@ -26,6 +29,7 @@ def format_table(result: xr.Dataset, *, precision: int = 4) -> str:
 
     Examples
     --------
+    >>> import xarray as xr
     >>> scores = xr.Dataset(
     ...     {"rmse": ((), 1.23456, {"units": "K"}), "crps": ((), 0.5)},
     ... )

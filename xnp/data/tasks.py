@@ -27,6 +27,7 @@ import numpy as np
 from xnp.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_MAX_POINTS",
     "ForecastTasks",
     "SpatialTasks",
     "WindowTasks",
@@ -35,6 +36,9 @@ __all__ = [
     "task_from_dict",
     "task_to_dict",
 ]
+
+#: Caps on the points per task of the default task specifications (``xnp.fit``).
+DEFAULT_MAX_POINTS = 1024
 
 _KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 

@@ -3,34 +3,29 @@
 A registry entry maps a name to a configuration preset.  :func:`model_config`
 turns a name or a configuration into the final configuration for a dataset:
 the data decide the number of covariate channels ``dim_x``, of output
-variables ``dim_y`` and whether a temporal bias is needed.  :func:`build_model`
-instantiates the module a configuration describes, and :func:`config_to_dict` /
-:func:`config_from_dict` carry the model kind along for saving.
+variables ``dim_y`` and whether a temporal bias is needed, and
+:func:`config_to_dict` / :func:`config_from_dict` carry the model kind along for
+saving.  It imports the configurations only (no flax), so that naming models is
+cheap (the command line's ``--help``); :mod:`xnp.models.build` instantiates them.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
-from flax import nnx
-
 from xnp.errors import ConfigError
-from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
 from xnp.models.swin_config import SwinTNPConfig
-from xnp.models.swin_tnp import SwinTNP
 
 __all__ = [
-    "abstract_model",
+    "KINDS",
     "available_models",
-    "build_model",
     "config_from_dict",
     "config_to_dict",
-    "graphdef_of",
+    "kind_of",
     "model_config",
-    "params_template",
+    "name_key",
     "register_model",
 ]
 
@@ -42,11 +37,8 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "swin-tnp": SwinTNPConfig,
     "swin-tnp-tiny": SwinTNPConfig.tiny,
 }
-# kind (stored in config.json) -> (config class, module class)
-_KINDS: dict[str, tuple[type, type[nnx.Module]]] = {
-    "bsa-tnp": (BSATNPConfig, BSATNP),
-    "swin-tnp": (SwinTNPConfig, SwinTNP),
-}
+# kind (stored in config.json) -> config class; the module classes are in xnp.models.build
+KINDS: dict[str, type] = {"bsa-tnp": BSATNPConfig, "swin-tnp": SwinTNPConfig}
 
 
 def name_key(name: str) -> str:
@@ -84,8 +76,9 @@ def register_model(name: str, preset: Callable[[], ModelConfig]) -> None:
     _PRESETS[name_key(name)] = preset
 
 
-def _kind_of(config: Any) -> str:
-    for kind, (cls, _) in _KINDS.items():
+def kind_of(config: Any) -> str:
+    """The kind (``"bsa-tnp"``, ``"swin-tnp"``) of a model configuration, or a ConfigError."""
+    for kind, cls in KINDS.items():
         if isinstance(config, cls):
             return kind
     raise ConfigError(
@@ -131,7 +124,7 @@ def model_config(
         config = _PRESETS[key]()
     else:
         config = model
-    _kind_of(config)
+    kind_of(config)
     if config.dim_s != 2:
         raise ConfigError(
             f"Data points have latitude and longitude (dim_s=2); the configuration has "
@@ -146,17 +139,6 @@ def model_config(
     return config.replace(dim_x=dim_x, dim_y=dim_y, temporal_bias=temporal)
 
 
-def build_model(config: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
-    """Instantiate the module described by ``config``.
-
-    Examples
-    --------
-    >>> type(build_model(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))).__name__
-    'BSATNP'
-    """
-    return _KINDS[_kind_of(config)][1](config, rngs=rngs)
-
-
 def config_to_dict(config: ModelConfig) -> dict[str, Any]:
     """``{"kind": ..., "config": {...}}``, JSON-serialisable.
 
@@ -166,46 +148,12 @@ def config_to_dict(config: ModelConfig) -> dict[str, Any]:
     >>> config_from_dict(config_to_dict(cfg)) == cfg
     True
     """
-    return {"kind": _kind_of(config), "config": config.to_dict()}
+    return {"kind": kind_of(config), "config": config.to_dict()}
 
 
 def config_from_dict(blob: dict[str, Any]) -> ModelConfig:
     """Inverse of :func:`config_to_dict`; unknown kinds raise :class:`ConfigError`."""
     kind = blob.get("kind")
-    if kind not in _KINDS:
-        raise ConfigError(f"Unknown model kind {kind!r}; this xnp knows {sorted(_KINDS)}.")
-    return _KINDS[kind][0].from_dict(blob.get("config", {}))
-
-
-def abstract_model(config: ModelConfig) -> nnx.Module:
-    """The module of ``config`` with shapes and dtypes only (nothing allocated)."""
-    return nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
-
-
-def params_template(config: ModelConfig) -> nnx.State:
-    """Shapes and dtypes of the parameters of ``config``'s model (nothing allocated).
-
-    Examples
-    --------
-    >>> from xnp.nn.layers import count_params
-    >>> count_params(params_template(BSATNPConfig()))
-    475770
-    """
-    return nnx.split(abstract_model(config))[1]
-
-
-def graphdef_of(config: ModelConfig) -> nnx.GraphDef:
-    """The model structure of ``config``, built once per (hashable) configuration.
-
-    Tracing the model's constructor takes about half a second, and zero-shot
-    prediction makes a new model object (own normaliser) per context set.
-    """
-    try:
-        return _cached_graphdef(config)
-    except TypeError:  # an unhashable config: build it each time
-        return nnx.split(abstract_model(config))[0]
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_graphdef(config: ModelConfig) -> nnx.GraphDef:
-    return nnx.split(abstract_model(config))[0]
+    if kind not in KINDS:
+        raise ConfigError(f"Unknown model kind {kind!r}; this xnp knows {sorted(KINDS)}.")
+    return KINDS[kind].from_dict(blob.get("config", {}))
