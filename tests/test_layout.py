@@ -133,3 +133,18 @@ def test_the_layers_hold():
         check=False,
     )
     assert result.returncode == 0, result.stdout[-5000:]
+
+
+def test_the_command_line_answers_help_and_usage_errors_without_jax_or_xarray():
+    # `xnp --help` and a usage error must come at once: nothing heavy is imported
+    loaded = run_python(
+        "import sys, contextlib, io\n"
+        "from xnp.cli import main\n"
+        "quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())\n"
+        "with quiet[0], quiet[1]:\n"
+        "    assert main(['--help']) == 0\n"
+        "    assert main(['fit', 'data.nc']) == 2\n"
+        "    assert main(['predict', 'm', 'c', '--out', 'p.nc', '--chunks', 'lat']) == 2\n"
+        "print(sorted(m for m in ('xarray', 'jax', 'flax', 'dask', 'scipy') if m in sys.modules))"
+    )
+    assert loaded == "[]", f"xnp --help loaded {loaded}"
