@@ -138,10 +138,10 @@ def test_the_layers_hold():
 def test_the_command_line_answers_help_and_usage_errors_without_jax_or_xarray():
     # `xnp --help` and a usage error must come at once: nothing heavy is imported
     loaded = run_python(
-        "import sys, contextlib, io\n"
+        "import sys, io\n"
+        "from contextlib import redirect_stderr, redirect_stdout\n"
         "from xnp.cli import main\n"
-        "quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())\n"
-        "with quiet[0], quiet[1]:\n"
+        "with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):\n"
         "    assert main(['--help']) == 0\n"
         "    assert main(['fit', 'data.nc']) == 2\n"
         "    assert main(['predict', 'm', 'c', '--out', 'p.nc', '--chunks', 'lat']) == 2\n"
