@@ -15,8 +15,8 @@ from xnp.data.flatten import predictions_to_xarray, to_points  # noqa: E402
 from xnp.data.normalise import Normaliser, Stats  # noqa: E402
 from xnp.errors import DimensionError, VariableNotFoundError, XnpError  # noqa: E402
 from xnp.history import history_dataset  # noqa: E402
-from xnp.models.config import BSATNPConfig  # noqa: E402
 from xnp.models.build import params_template  # noqa: E402
+from xnp.models.config import BSATNPConfig  # noqa: E402
 from xnp.neural_process import NeuralProcess  # noqa: E402
 from xnp.plot import (  # noqa: E402
     MissingDependencyError,
