@@ -232,12 +232,17 @@ def test_sampling_a_dask_dataset_reads_only_the_frames_it_needs():
     ds["t2m"] = ds.t2m.copy(data=dask.array.map_blocks(counting, ds.t2m.data, dtype=float))
     before = ds.copy()
     norm = Normaliser.fit(grid_dataset(nt=12), "t2m")
+    # data beyond the load budget (here: none) are read frame by frame for each task
     with dask.config.set(scheduler="sync"):
-        TaskSampler(ds, "t2m", batch_size=2, normaliser=norm).batch(0)
+        TaskSampler(ds, "t2m", batch_size=2, normaliser=norm, load_budget=None).batch(0)
         assert len(reads) == 2  # one frame per spatial task
         reads.clear()
-        TaskSampler(ds, "t2m", ForecastTasks(frames=2), batch_size=1, normaliser=norm).batch(0)
+        TaskSampler(ds, "t2m", ForecastTasks(frames=2), batch_size=1, normaliser=norm,
+                    load_budget=None).batch(0)  # fmt: skip
         assert len(reads) == 3  # two context frames and the target frame
+        reads.clear()
+        TaskSampler(ds, "t2m", batch_size=2, normaliser=norm).batch(0)  # within the budget
+        assert len(reads) == 12  # every frame once, read into memory
     xr.testing.assert_identical(ds, before)
     assert isinstance(ds.t2m.data, dask.array.Array)
 

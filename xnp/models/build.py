@@ -27,6 +27,7 @@ def build_model(config: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
 
     Examples
     --------
+    >>> from xnp.models.config import BSATNPConfig
     >>> type(build_model(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))).__name__
     'BSATNP'
     """
@@ -43,6 +44,7 @@ def params_template(config: ModelConfig) -> nnx.State:
 
     Examples
     --------
+    >>> from xnp.models.config import BSATNPConfig
     >>> from xnp.nn.layers import count_params
     >>> count_params(params_template(BSATNPConfig()))
     475770

@@ -124,6 +124,8 @@ def with_cf_attrs(out: xr.Dataset) -> xr.Dataset:
     """
     new = {}
     for name, coord in out.coords.items():
+        if name in out.xindexes and len(out.xindexes.get_all_coords(name)) > 1:
+            continue  # a level of a stacked (multi-)index: replacing it would break the index
         role = None
         if name in ("init_time", "lead_time", "valid_time"):
             role = name
