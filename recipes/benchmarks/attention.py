@@ -93,8 +93,13 @@ def targets(rows: list[dict], peak: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument(
+        "--quick", action="store_true", help="sizes 1024 and 4096 only; the docs are not written"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update docs")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.no_write = [n for n in args.sizes if n <= 4096], True
 
     defaults = inspect.signature(biased_scan_attention).parameters
     tiles = (defaults["q_chunk"].default, defaults["k_chunk"].default)

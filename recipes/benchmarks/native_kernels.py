@@ -170,8 +170,13 @@ Machine: {machine()}.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed runs of each version")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 timed runs; the docs are not written"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.no_write = 2, True
     if not native.enabled():
         raise SystemExit("the native kernels are not available here (see xnp.nn.native)")
     xla_exp = exp_rate()

@@ -78,7 +78,10 @@ def variants() -> dict[str, tuple[Callable, nnx.State]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed runs of each variant")
+    parser.add_argument("--quick", action="store_true", help="2 timed runs of each variant")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 2
     batch = gp_batch()
     fns = variants()
     for fn, params in fns.values():  # compile

@@ -196,6 +196,9 @@ def combine(rounds: list[dict | str]) -> dict | str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps after compilation")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 timed steps, 1 round; the docs are not written"
+    )
     parser.add_argument("--reference-python", default=DEFAULT_REFERENCE,
                         help="interpreter with dl4bi installed ('' to skip)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker")
@@ -203,6 +206,8 @@ def main() -> None:
                         help="fresh processes per implementation, run alternately")  # fmt: skip
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.rounds, args.no_write = 3, 1, True
 
     workers = {"xnp": (sys.executable, XNP_WORKER)}
     if args.reference_python and Path(args.reference_python).exists():

@@ -216,8 +216,15 @@ def extrapolation(model: xnp.NeuralProcess, n_fields: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fields", type=int, default=6, help="synthetic fields per lengthscale")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 synthetic fields per lengthscale; the docs are not written",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args()
+    if args.quick:
+        args.fields, args.no_write = 2, True
     warnings.filterwarnings("ignore", category=XnpWarning)
     model = xnp.pretrained("gp-sphere")
     start = time.perf_counter()

@@ -58,8 +58,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", type=Path, help="model directory (default: gp-sphere)")
     parser.add_argument("--fields", type=int, default=6, help="fields per lengthscale (6)")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 fields per lengthscale; the docs are not written"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args()
+    if args.quick:
+        args.fields, args.no_write = 2, True
     model = xnp.load(args.model) if args.model else xnp.pretrained("gp-sphere")
     weights = args.model or xnp.pretrained.__globals__["_root"]() / "gp-sphere"
     digest = hashlib.sha256((weights / "params.safetensors").read_bytes()).hexdigest()[:12]
