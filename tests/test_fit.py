@@ -202,7 +202,12 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, match):
 def test_validation_data_sharing_training_frames_warn():
     ds = gp_data()
     args = {"model": "bsa-tnp-tiny", "steps": 2, "progress": False, "config": FAST}
+    spatial = {**args, "tasks": SpatialTasks()}
     with pytest.warns(XnpWarning, match="share 8 time"):
+        ds.np.fit("field", validation=ds.isel(time=slice(32, None)), **spatial)
+    # forecasts: only the validation targets count (4 frames 6 h apart, 6 h ahead: the
+    # last 4 of the 8 times can be targets)
+    with pytest.warns(XnpWarning, match="share 4 time"):
         ds.np.fit("field", validation=ds.isel(time=slice(32, None)), **args)
     train, held_out = ds.isel(time=slice(0, 32)), ds.isel(time=slice(32, None))
     with warnings.catch_warnings():
@@ -211,6 +216,10 @@ def test_validation_data_sharing_training_frames_warn():
         # other places at the same times (same grid size): a spatial split, no warning
         moved = ds.assign_coords(lat=ds.lat + 1.0).isel(time=slice(32, None))
         ds.np.fit("field", validation=moved, **args)
+        # forecasts validated on later days whose first context frames are training
+        # days: the targets are held out, so no warning (the user guide's own setup)
+        later = ds.isel(time=slice(29, None))  # targets from time 33 on: 3 frames back
+        ds.isel(time=slice(0, 33)).np.fit("field", validation=later, **args)
 
 
 def test_validation_times_are_held_out_of_training():

@@ -110,7 +110,7 @@ class NPDatasetAccessor(_NPAccessor):
         model: str | Any = "bsa-tnp",
         covariates: Sequence[str] = (),
         tasks: Any = None,
-        steps: int = 2_000,
+        steps: int | None = None,
         batch_size: int = 8,
         learning_rate: float = 5e-4,
         validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
@@ -120,6 +120,7 @@ class NPDatasetAccessor(_NPAccessor):
         progress: bool = True,
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
+        time_budget: str | float | None = None,
     ) -> NeuralProcess:
         """Train a neural process to predict ``variable``; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
@@ -128,7 +129,7 @@ class NPDatasetAccessor(_NPAccessor):
             self._obj, variable, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
-            config=config, context_sources=context_sources,
+            config=config, context_sources=context_sources, time_budget=time_budget,
         )  # fmt: skip
 
 
@@ -158,7 +159,7 @@ class NPDataArrayAccessor(_NPAccessor):
         model: str | Any = "bsa-tnp",
         covariates: Sequence[str] = (),
         tasks: Any = None,
-        steps: int = 2_000,
+        steps: int | None = None,
         batch_size: int = 8,
         learning_rate: float = 5e-4,
         validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
@@ -168,6 +169,7 @@ class NPDataArrayAccessor(_NPAccessor):
         progress: bool = True,
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
+        time_budget: str | float | None = None,
     ) -> NeuralProcess:
         """Train a neural process on this DataArray; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
@@ -176,5 +178,5 @@ class NPDataArrayAccessor(_NPAccessor):
             self._obj, None, model=model, covariates=covariates, tasks=tasks, steps=steps,
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
-            config=config, context_sources=context_sources,
+            config=config, context_sources=context_sources, time_budget=time_budget,
         )  # fmt: skip

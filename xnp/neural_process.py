@@ -25,6 +25,7 @@ import xarray as xr
 from flax import nnx
 
 from xnp.arrays import Points
+from xnp.data.baseline import ForecastBaseline
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError, XnpError
@@ -75,6 +76,9 @@ class NeuralProcess:
         pretrained one, :func:`xnp.pretrained`) that standardises each context set
         by its own mean and standard deviation at prediction time and predicts
         whichever single variable it is given, in that variable's units.
+    baseline : ForecastBaseline, optional
+        For a forecast model fitted with ``ForecastTasks(baseline=...)``: what it
+        predicts the change from (persistence, and the diurnal climatology).
 
     Attributes
     ----------
@@ -111,7 +115,14 @@ class NeuralProcess:
         history: xr.Dataset | None = None,
         training: Mapping[str, Any] | None = None,
         normalise: str = "fitted",
+        baseline: ForecastBaseline | None = None,
     ) -> None:
+        if baseline is not None and tuple(baseline.variables) != tuple(variables):
+            raise ConfigError(
+                f"the forecast baseline is of {list(baseline.variables)}, the model predicts "
+                f"{list(variables)}: they must be the same variables, in the same order."
+            )
+        self.baseline = baseline
         if normalise not in ("fitted", "context"):
             raise ConfigError(f"normalise must be 'fitted' or 'context'; got {normalise!r}.")
         self.normalise = normalise
@@ -306,6 +317,8 @@ class NeuralProcess:
             *([f"  sources:     {', '.join(self.sources)}"] if self.sources else []),
             f"  tasks:       {self.task!r}",
         ]
+        if self.baseline is not None:
+            lines.append(f"  baseline:    {self.baseline.kind} (the model predicts the change)")
         if self.normalise == "context":
             lines.append("  normalise:   by each context set (zero-shot, any variable)")
         t = self.training

@@ -5,6 +5,7 @@ A saved model is a directory::
     config.json          format, versions, model config, normaliser, names, task, training
     params.safetensors   the parameters, named by their path in the model
     history.json         the training history
+    baseline.safetensors a forecast model's diurnal climatology, if it has one
 
 :func:`write_model` writes a model's files into a directory (made atomic by the
 caller, :func:`xnp.files.atomic_directory`); :func:`read_model` checks the
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from xnp._version import __version__
+from xnp.data.baseline import ForecastBaseline
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import task_from_dict, task_to_dict
 from xnp.errors import CheckpointError, ConfigError, XnpError
@@ -47,6 +49,8 @@ __all__ = ["FORMAT", "check_outputs", "is_saved_model", "metadata", "read_model"
 
 #: Format tag of a model directory's config.json.
 FORMAT = "xnp.model/1"
+#: The file of a forecast model's diurnal climatology.
+BASELINE_FILE = "baseline.safetensors"
 
 
 def check_outputs(config: Any, variables: tuple[str, ...]) -> None:
@@ -75,6 +79,7 @@ def metadata(model: Any) -> dict[str, Any]:
         "task": None if model.task is None else task_to_dict(model.task),
         "training": model.training,
         "normalise": model.normalise,
+        "baseline": None if model.baseline is None else model.baseline.to_json(),
     }
 
 
@@ -86,6 +91,9 @@ def write_model(model: Any, directory: Path, extra: Mapping[str, Any] | None = N
     digest = write_arrays(directory / "params.safetensors", tree_to_arrays(model.params_))
     write_json(directory / "history.json", history_json(model.history_))
     meta = metadata(model) | {"weights": {"file": "params.safetensors", "sha256": digest}}
+    arrays = {} if model.baseline is None else model.baseline.arrays()
+    if arrays:
+        meta["baseline"]["sha256"] = write_arrays(directory / BASELINE_FILE, arrays)
     write_json(directory / "config.json", meta | dict(extra or {}))
 
 
@@ -166,6 +174,7 @@ def read_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
     except (TypeError, ValueError, AttributeError, XnpError) as err:
         raise CheckpointError(f"{directory}/config.json is not compatible: {err}") from err
     arrays = read_arrays(directory / str(file), digest)
+    baseline = _read_baseline(directory, meta.get("baseline"))
     params = jax.tree.map(jnp.asarray, arrays_to_tree(params_template(config), arrays))
     units = [normaliser.stats[v].units if v in normaliser.stats else None for v in variables]
     try:
@@ -191,4 +200,17 @@ def read_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
         "history": history,
         "training": meta.get("training"),
         "normalise": normalise,
+        "baseline": baseline,
     }
+
+
+def _read_baseline(directory: Path, blob: Any) -> ForecastBaseline | None:
+    """The forecast baseline recorded in config.json (None if there is none)."""
+    if blob is None:
+        return None
+    if not isinstance(blob, Mapping):
+        raise CheckpointError(f"{directory}/config.json: 'baseline' must be a mapping.")
+    arrays = {}
+    if "sha256" in blob:
+        arrays = read_arrays(directory / BASELINE_FILE, blob["sha256"])
+    return ForecastBaseline.from_saved(blob, arrays)

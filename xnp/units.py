@@ -26,6 +26,7 @@ __all__ = [
     "metres_per",
     "parse_bytes",
     "parse_distance_km",
+    "parse_seconds",
 ]
 
 #: Spellings of the same unit met in CF/UDUNITS metadata: one canonical name each,
@@ -126,6 +127,44 @@ def parse_bytes(value: str | int) -> int:
     if not m or unit not in _BYTES:
         raise ConfigError(f"cannot read {value!r} as a memory size; use e.g. '2GB' or '512MiB'.")
     return int(float(m.group(1)) * _BYTES[unit])
+
+
+_SECONDS = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "mins": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hour": 3600,
+    "hours": 3600,
+}
+
+
+def parse_seconds(value: str | float) -> float:
+    """Seconds from a number (seconds) or a string such as ``"10min"``, ``"90 s"``, ``"1.5h"``.
+
+    Examples
+    --------
+    >>> parse_seconds("10min"), parse_seconds("1.5 h"), parse_seconds(30)
+    (600.0, 5400.0, 30.0)
+    """
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        unit = (m.group(2) or "s").lower() if m else ""
+        if not m or unit not in _SECONDS:
+            raise ConfigError(f"cannot read {value!r} as a duration; use e.g. '10min' or '1h'.")
+        seconds = float(m.group(1)) * _SECONDS[unit]
+    if not 0 < seconds < np.inf:
+        raise ConfigError(f"a duration must be positive and finite; got {value!r}.")
+    return seconds
 
 
 _DISTANCE = (

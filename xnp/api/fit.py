@@ -65,6 +65,7 @@ from xnp.train.checkpoints import CheckpointDir, read_state, write_state
 from xnp.train.loop import train
 from xnp.train.settings import TrainConfig
 from xnp.train.state import TrainState
+from xnp.units import parse_seconds
 
 __all__ = ["fit"]
 
@@ -72,6 +73,9 @@ log = logging.getLogger("xnp.api")
 
 Tasks = SpatialTasks | ForecastTasks | WindowTasks
 
+
+#: The most steps of a fit with a time budget and no steps given (the budget ends it).
+_UNLIMITED_STEPS = 10**9
 
 #: TrainConfig fields that do not change the result (free to differ when resuming).
 _NOT_RUN = ("checkpoint_every", "keep_checkpoints", "prefetch")
@@ -84,7 +88,7 @@ def fit(
     model: str | Any = "bsa-tnp",
     covariates: Sequence[str] = (),
     tasks: Tasks | None = None,
-    steps: int = 2_000,
+    steps: int | None = None,
     batch_size: int = 8,
     learning_rate: float = 5e-4,
     validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
@@ -94,6 +98,7 @@ def fit(
     progress: bool = True,
     config: TrainConfig | None = None,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
+    time_budget: str | float | None = None,
 ) -> NeuralProcess:
     """Train a neural process on ``data`` to predict ``variable``.
 
@@ -116,8 +121,9 @@ def fit(
         ``"day_of_year"`` or names of variables/coordinates of ``data``.
     tasks : SpatialTasks, ForecastTasks or WindowTasks, optional
         What to learn; default :func:`default_tasks`.
-    steps : int
-        Number of optimisation steps.
+    steps : int, optional
+        Number of optimisation steps (default 2000; with ``time_budget``, the most
+        it may make, default unlimited).
     batch_size : int
         Tasks per step (split over the devices).
     learning_rate : float
@@ -149,6 +155,13 @@ def fit(
         source's id (one-hot channels of the fixed effects), so the model can
         weigh the sources differently; predict with the same names
         (``predict(..., context_sources={"stations": ...})``).
+    time_budget : str or float, optional
+        Wall-clock time the training may take, e.g. ``"10min"``, ``"1.5h"`` or
+        seconds: the warm-up and cosine schedule are laid over it, and training
+        stops cleanly when it is spent (after a last validation, returning the best
+        validated parameters).  It counts the training loop (compilation and
+        validation included), not reading the data before it; a resumed fit
+        counts the time of the run before the interruption.
 
     Returns
     -------
@@ -181,6 +194,9 @@ def fit(
         variable = variable or name
     if variable is None:
         raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
+    budget = None if time_budget is None else parse_seconds(time_budget)
+    if steps is None:
+        steps = 2_000 if budget is None else _UNLIMITED_STEPS
     for name, count in (("steps", steps), ("batch_size", batch_size)):
         if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
@@ -220,7 +236,6 @@ def fit(
         validation = validation.to_dataset(name=variables[0])  # data, not times
     if isinstance(validation, xr.Dataset):
         val_data = validation
-        warn_shared_times(data, val_data, layout)
     elif validation is not None and not is_real(validation):  # times to hold out
         data, val_data = hold_out_times(data, validation, layout)
     elif validation is not None:
@@ -240,6 +255,8 @@ def fit(
         else:
             fraction = float(validation)
     task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
+    if isinstance(validation, xr.Dataset):  # (for forecasts: targets only)
+        warn_shared_times(data, validation, layout, inner_task(task))
     bound_c, bound_t = point_bounds(data, variables[0], task, extra)
     nc = config.context_size or padded_size(bound_c, minimum=16, tile=16)
     nt = config.target_size or padded_size(bound_t, minimum=16, tile=16)
@@ -260,6 +277,7 @@ def fit(
                 batch_size=batch_size, seed=seed + 1,
                 split="train" if val_data is not None else "validation",
                 validation_fraction=fraction, normaliser=sampler.normaliser,
+                baseline=sampler.baseline,
             )  # fmt: skip
             val_batches = [
                 fixed_batch(val_sampler.batch(k), nc, nt, n_sources)
@@ -284,7 +302,7 @@ def fit(
         "validation": fraction if val_data is None else (
             "dataset" if isinstance(validation, xr.Dataset) else "times"),
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
-        "context_size": nc, "target_size": nt, "sources": sources,
+        "context_size": nc, "target_size": nt, "sources": sources, "time_budget_s": budget,
     }  # fmt: skip
     run["data"] = fingerprint(data, layout, variables, sampler.normaliser)
     if val_data is not None:
@@ -328,6 +346,7 @@ def fit(
             task=task,
             history=history_dataset(s.history, variables, units),
             training=run | {"step": s.step, "best_step": s.best_step if use_best else None},
+            baseline=sampler.baseline,
         )
 
     def save_checkpoint(s: TrainState) -> None:
@@ -346,10 +365,13 @@ def fit(
         graphdef, state, lambda k: fixed_batch(sampler.batch(k), nc, nt, n_sources), steps=steps,
         learning_rate=learning_rate, config=config, batch_size=batch_size,
         validation=val_batches, value_scale=scale, progress=progress,
-        on_checkpoint=save_checkpoint if checkpoints is not None else None,
+        on_checkpoint=save_checkpoint if checkpoints is not None else None, time_budget=budget,
     )  # fmt: skip
     result = make_model(state, final=True)
     result.training["seconds"] = round(time.perf_counter() - t0, 3)
+    result.training["train_seconds"] = round(state.seconds, 3)
+    if budget is not None:
+        result.training["stopped_at_budget"] = bool(state.out_of_time)
     if state.interrupted:
         result.training["interrupted"] = True
         kept = f"the parameters of step {state.step}"

@@ -24,6 +24,7 @@ from xnp.data.coords import (
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
 from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
+from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
     ConfigError,
     VariableNotFoundError,
@@ -89,17 +90,23 @@ def check_covariates(data: xr.Dataset, covariates: Sequence[str]) -> None:
     covariate_channels(covariates)  # raises on duplicates
 
 
-def warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> None:
-    """Warn when a validation Dataset holds frames (same places, same times) of ``data``.
+def warn_shared_times(
+    data: xr.Dataset, val_data: xr.Dataset, layout: Any, task: Any = None
+) -> None:
+    """Warn when a validation Dataset's targets are frames (same places, times) of ``data``.
 
     Validating on other places at the same times is a legitimate spatial split;
     the same places at the same times are training data, and their scores are
-    not held out.
+    not held out.  For forecast tasks only the validation *targets* count: the
+    context frames of the first validation forecasts may lie in the training
+    period (they are inputs, not scores).
     """
     if layout.time is None or layout.time not in val_data.coords:
         return
-    shared = np.intersect1d(np.asarray(data[layout.time].values).ravel(),
-                            np.asarray(val_data[layout.time].values).ravel())  # fmt: skip
+    val_times = np.asarray(val_data[layout.time].values).ravel()
+    if isinstance(task, ForecastTasks):
+        val_times = forecast_targets(val_times, task)
+    shared = np.intersect1d(np.asarray(data[layout.time].values).ravel(), val_times)
     space = [d for d in layout.point_dims if d in val_data.dims]
     same_places = len(space) == len(layout.point_dims) and all(
         data.sizes[d] == val_data.sizes[d]
@@ -123,6 +130,25 @@ def warn_shared_times(data: xr.Dataset, val_data: xr.Dataset, layout: Any) -> No
             XnpWarning,
             stacklevel=3,
         )
+
+
+def forecast_targets(times: np.ndarray, task: ForecastTasks) -> np.ndarray:
+    """The times among ``times`` that forecast tasks can target (their frames are there too).
+
+    Examples
+    --------
+    >>> t = np.datetime64("2020-01-01T00") + np.arange(4) * np.timedelta64(6, "h")
+    >>> forecast_targets(t, ForecastTasks(frames=2, step=6, lead=6)).size
+    2
+    """
+    hours = time_hours(times)
+    order = np.argsort(hours)
+    axis = hours[order]
+    ok = np.zeros(times.size, bool)
+    for lead in task.leads:
+        frames = [match_hours(axis, hours - lead + o) >= 0 for o in task.offsets]
+        ok |= np.all(frames, axis=0)
+    return times[ok]
 
 
 def hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Dataset, xr.Dataset]:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from xnp.data.baseline import ForecastBaseline
 from xnp.data.batch import Batch, Task, TaskPoints, collate
 from xnp.data.coords import Layout, find_coords, latlon, resolve_variables
 from xnp.data.covariates import covariate_names, interpolate_dem, user_covariates
@@ -193,6 +194,10 @@ class TaskSampler:
     normaliser : Normaliser, optional
         Statistics to use; by default fitted on the training times of the target
         source (pass the training sampler's to a validation sampler).
+    baseline : ForecastBaseline, optional
+        The forecast baseline of ``ForecastTasks(baseline=...)``, whose change the
+        targets' values become; by default fitted on the training times of the
+        target source (pass the training sampler's to a validation sampler).
     buckets : list of int, optional
         Allowed padded sizes (default: powers of two from 16); points beyond the
         largest bucket are subsampled.
@@ -238,6 +243,7 @@ class TaskSampler:
         split: Literal["train", "validation"] = "train",
         validation_fraction: float = 0.1,
         normaliser: Normaliser | None = None,
+        baseline: ForecastBaseline | None = None,
         buckets: Sequence[int] | None = None,
         num_batches: int | None = None,
         extra_dims: Literal["raise", "flatten"] = "raise",
@@ -292,6 +298,7 @@ class TaskSampler:
                     )
         self._setup_times(validation_fraction)
         self.normaliser = normaliser or self._fit_normaliser()
+        self.baseline = baseline or self._fit_baseline()
         for v in self.variables:
             self.normaliser.check_units(v, self._target.view[v].attrs.get("units"))
         for source in self.sources:
@@ -333,9 +340,12 @@ class TaskSampler:
         if isinstance(self.inner_task, ForecastTasks):
             spec = self.inner_task
             frames = np.stack([match_hours(hours, hours + o) for o in spec.offsets], axis=1)
-            target = match_hours(hours, hours + spec.lead)
-            ok = (frames >= 0).all(axis=1) & (target >= span[0]) & (target < span[1])
-            self._anchors = list(zip(frames[ok], target[ok].tolist(), strict=True))
+            for lead in spec.leads:  # each task draws one of the (frames, target, lead)
+                target = match_hours(hours, hours + lead)
+                ok = (frames >= 0).all(axis=1) & (target >= span[0]) & (target < span[1])
+                self._anchors += [
+                    (f, int(t), lead) for f, t in zip(frames[ok], target[ok], strict=False)
+                ]
             if not self._anchors:
                 step = np.median(np.diff(hours)) if hours.size > 1 else float("nan")
                 raise EmptyDataError(
@@ -345,6 +355,14 @@ class TaskSampler:
                 )
         if self._allowed.size == 0:
             raise EmptyDataError(f"The {self.split} period holds no times.")
+
+    def _fit_baseline(self) -> ForecastBaseline | None:
+        spec = self.inner_task
+        if not isinstance(spec, ForecastTasks) or spec.baseline is None:
+            return None
+        target = self._target
+        return ForecastBaseline.fit(spec.baseline, target.view, target.layout, self.variables,
+                                    spec.leads, end=self._cut)  # fmt: skip
 
     def _fit_normaliser(self) -> Normaliser:
         target = self._target
@@ -395,7 +413,7 @@ class TaskSampler:
         return parts
 
     def _draw(self, rng: np.random.Generator) -> Task | None:
-        window = None
+        window, base = None, None
         if isinstance(self.task, WindowTasks):
             lat, lon = self._target.lat_grid, self._target.lon_grid
             i = int(rng.integers(lat.size))
@@ -404,7 +422,7 @@ class TaskSampler:
         minimum = self.task.min_points if isinstance(self.task, WindowTasks) else 2
         spec = self.inner_task
         if isinstance(spec, ForecastTasks):
-            frames, target_frame = self._anchors[int(rng.integers(len(self._anchors)))]
+            frames, target_frame, lead = self._anchors[int(rng.integers(len(self._anchors)))]
             hours = np.asarray(self._target.hours)
             reference = float(hours[frames[-1]])
             context = self._target.read(frames, window)
@@ -416,6 +434,12 @@ class TaskSampler:
             ctx = rng.permutation(len(context))[: self._cap(spec.max_context)]
             tgt = rng.permutation(len(targets))[: self._cap(spec.max_targets)]
             context_hours = [float(h) for h in hours[frames]]
+            if self.baseline is not None:  # from every kept observation, not the capped ones
+                observed = (context.s, context.time - reference, context.f)
+                base = self.baseline.at(observed, targets.s[np.sort(tgt)],
+                                        reference=reference, lead=lead)  # fmt: skip
+                if base is None:  # no observation to persist
+                    return None
         else:
             frame, reference = None, 0.0
             if self._allowed is not None and self._target.hours is not None:
@@ -434,6 +458,11 @@ class TaskSampler:
         budget = self._cap(spec.max_context) - len(ctx)
         parts += self._other_context(rng, context_hours, window, reference, budget)
         target_points = self._task_points(targets.take(np.sort(tgt)), reference, self._target)
+        if base is not None:  # the change from the baseline: (f - base) / std
+            change = target_points.f - self.normaliser.transform(base, self.variables)
+            target_points = dataclasses.replace(
+                target_points, f=change.astype(target_points.f.dtype)
+            )
         return Task(TaskPoints.concat(parts), target_points, reference)
 
     def tasks(self, k: int) -> list[Task]:

@@ -27,6 +27,7 @@ import numpy as np
 from xnp.errors import ConfigError
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_MAX_POINTS",
     "ForecastTasks",
     "SpatialTasks",
@@ -40,7 +41,12 @@ __all__ = [
 #: Caps on the points per task of the default task specifications (``xnp.fit``).
 DEFAULT_MAX_POINTS = 1024
 
-_KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
+_KM_PER_DEGREE = 111.195
+#: Forecast baselines (:mod:`xnp.data.baseline`, which holds their rules).
+BASELINES = (
+    "persistence",
+    "persistence+diurnal",
+)  # great-circle kilometres per degree of latitude
 
 
 def _check_range(name: str, value: float | tuple[float, float], low: float, high: float) -> None:
@@ -133,29 +139,52 @@ class ForecastTasks:
         Number of context frames ``K``.
     step : float
         Hours between context frames.
-    lead : float
-        Hours from the last context frame to the target time.
+    lead : float or tuple of float
+        Hours from the last context frame to the target time; several (e.g.
+        ``(6, 12, 24)``) train one model for all of them: each task draws one,
+        and the model sees it as the targets' time.
     context_fraction : float
         Fraction of each context frame's points kept (1 keeps all; more than 0).
     max_context, max_targets : int
         Caps on the points per task (random subsets beyond them).
+    baseline : {None, "persistence", "persistence+diurnal"}
+        What the model predicts the change from (:mod:`xnp.data.baseline`): the
+        last observed value nearest each target, optionally plus the mean change
+        over the lead at the target's place and the initialisation's hour of day,
+        learned from the training times and stored with the model.  None: the
+        model predicts the field itself.
 
     Examples
     --------
     >>> ForecastTasks().offsets.tolist(), ForecastTasks().lead
     ([-18.0, -12.0, -6.0, 0.0], 6.0)
+    >>> ForecastTasks(lead=[24, 6, 12], baseline="persistence").leads
+    (6.0, 12.0, 24.0)
     """
 
     frames: int = 4
     step: float = 6.0
-    lead: float = 6.0
+    lead: float | tuple[float, ...] = 6.0
     context_fraction: float = 1.0
     max_context: int = 8192
     max_targets: int = 4096
+    baseline: str | None = None
 
     def __post_init__(self) -> None:
         check_count(frames=self.frames)
-        _check_positive(step=self.step, lead=self.lead)
+        leads = self.lead if isinstance(self.lead, list | tuple | np.ndarray) else [self.lead]
+        if len(leads) == 0:
+            raise ConfigError("ForecastTasks.lead needs at least one lead time (hours).")
+        _check_positive(step=self.step)
+        for value in leads:
+            _check_positive(lead=value)
+        values = tuple(sorted({float(v) for v in leads}))
+        object.__setattr__(self, "lead", values if len(values) > 1 else values[0])
+        if self.baseline is not None and self.baseline not in BASELINES:
+            raise ConfigError(
+                f"ForecastTasks.baseline must be None or one of {list(BASELINES)}; "
+                f"got {self.baseline!r}."
+            )
         fraction = self.context_fraction
         real = isinstance(fraction, numbers.Real) and not isinstance(fraction, bool)
         if not real or not 0.0 < fraction <= 1.0:
@@ -164,6 +193,11 @@ class ForecastTasks:
                 f"of each context frame's points kept; got {fraction!r}."
             )
         check_count(max_context=self.max_context, max_targets=self.max_targets)
+
+    @property
+    def leads(self) -> tuple[float, ...]:
+        """The lead times (hours), increasing."""
+        return self.lead if isinstance(self.lead, tuple) else (float(self.lead),)
 
     @property
     def offsets(self) -> np.ndarray:

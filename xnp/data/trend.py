@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import scipy.linalg
@@ -39,7 +40,7 @@ import scipy.spatial
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
 
-__all__ = ["Trend", "gls_covariance", "rms_spread"]
+__all__ = ["Offset", "Trend", "gls_covariance", "rms_spread"]
 
 #: Below this length of the mean unit vector the points surround the globe, and the
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
@@ -87,6 +88,22 @@ def gls_covariance(x: np.ndarray, range_factor: float, nugget: float) -> np.ndar
     r = range_factor * rms_spread(x)
     corr = np.exp(-d / r) if r > 0 else np.ones_like(d)  # all at one place: one value
     return corr + nugget * np.eye(len(x))
+
+
+class Offset(Protocol):
+    """What is added to a model's prediction after it is denormalised.
+
+    A zero-shot context's :class:`Trend`, or a forecast's baseline
+    (:class:`xnp.prediction.forecast.BaselineShift`): ``add_to`` maps predictions
+    ``[N, Dy]`` at points ``s`` ``[N, 2]`` of what the model saw to predictions of
+    the field.
+    """
+
+    def add_to(
+        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions ``(mean, std)`` of what the model saw → predictions of the field."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

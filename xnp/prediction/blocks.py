@@ -19,7 +19,7 @@ import xarray as xr
 
 from xnp.arrays import Points
 from xnp.data.flatten import PointSet, prediction_attrs, to_points
-from xnp.data.trend import Trend
+from xnp.data.trend import Offset
 from xnp.errors import (
     DimensionError,
 )
@@ -50,7 +50,9 @@ class Payload:
     radius_km: float | None
     model: Any
     t_target: float | None = None
-    trend: Trend | None = None
+    #: added to the prediction after it is denormalised: the zero-shot context's
+    #: trend, or a forecast's baseline (anything with ``add_to(s, mean, std, prior_std)``)
+    offset: Offset | None = None
 
     def block(self, *covariates: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         """Predict one block of the targets → ``block shape + (2·Dy,)``.
@@ -78,8 +80,8 @@ class Payload:
                 )
             mean, std = self.model.denormalise(mean, std)
             mean, std = mean[0], std[0]
-            if self.trend is not None:
-                mean, std = self.trend.add_to(targets.s, mean, std, prior_std(self.model))
+            if self.offset is not None:
+                mean, std = self.offset.add_to(targets.s, mean, std, prior_std(self.model))
             out[targets.index] = np.concatenate([mean, std], axis=-1)
         return out.reshape(*shape, out.shape[-1])  # (not -1: a block may be empty)
 

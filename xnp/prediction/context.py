@@ -103,6 +103,9 @@ class Context:
     points: Points
     attrs: dict[str, dict]
     trend: Trend | None = None
+    #: the observations of the context's own data as read (raw values, before any
+    #: trend): what a forecast baseline persists
+    observed: PointSet | None = None
     _state: Any = None
 
     def state(self) -> Any:
@@ -202,7 +205,7 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
             f"(observations: {counts}); each context point carries every variable, so "
             "this model needs places where all are observed at the same time."
         ) from err
-    trend = None
+    trend, observed = None, ps
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         raw = ps.f
         if opts.trend is not None:  # the model sees the residuals of the context's trend
@@ -253,7 +256,7 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
             stacklevel=4,
         )
         points = points.replace(mask=points.mask & ~outside[None])
-    return Context(model, predictor, points, attrs, trend)
+    return Context(model, predictor, points, attrs, trend, observed)
 
 
 def _when(data: xr.Dataset, model: Any) -> str:

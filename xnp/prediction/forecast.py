@@ -8,6 +8,7 @@ targets ``lead_time`` hours ahead; the result is labelled with ``init_time``,
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import warnings
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from xnp.data.baseline import ForecastBaseline
 from xnp.data.tasks import ForecastTasks
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
@@ -27,7 +29,50 @@ from xnp.prediction.context import Options, build_context
 from xnp.prediction.frames import select_times
 from xnp.prediction.run import run_targets
 
-__all__ = ["add_hours", "forecast", "forecast_layout", "lead_hours"]
+__all__ = ["BaselineShift", "add_hours", "forecast", "forecast_layout", "lead_hours"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BaselineShift:
+    """A forecast's baseline, added to the change a model predicts (its std is kept).
+
+    The model predicts ``(value - baseline) / std`` in normalised units, so its
+    denormalised mean ``mu·std + centre`` becomes ``baseline + mu·std``.
+
+    Attributes
+    ----------
+    baseline : ForecastBaseline
+        The model's baseline.
+    observed : (s, t, f)
+        The context's own observations: places, hours relative to the
+        initialisation time, raw values.
+    reference : float
+        The initialisation time (hours since 1970).
+    lead : float
+        The lead time (hours).
+    centre : ndarray ``[Dy]``
+        The means by which the model's values were normalised.
+    """
+
+    baseline: ForecastBaseline
+    observed: tuple[np.ndarray, np.ndarray, np.ndarray]
+    reference: float
+    lead: float
+    centre: np.ndarray
+
+    def add_to(
+        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted changes at ``s`` ``[N, 2]`` (denormalised) → predictions of the field."""
+        base = self.baseline.at(self.observed, s, reference=self.reference, lead=self.lead)
+        if base is None:
+            raise EmptyDataError(
+                f"this model forecasts the change from {self.baseline.kind}, but some of "
+                f"{list(self.baseline.variables)} has no observation in the context frames "
+                "to persist; give observations of every variable."
+            )
+        out = np.asarray(mean, np.float64) + (base - self.centre)
+        return out.astype(np.asarray(mean).dtype), std
 
 
 def lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:
@@ -83,10 +128,10 @@ def forecast(
     times = data[layout.time].values
     hours = time_hours(times)
     leads, scalar_lead = lead_hours(task.lead if lead_time is None else lead_time)
-    if (leads > task.lead).any():
+    if (leads > max(task.leads)).any():
         warnings.warn(
-            f"lead_time {leads.max():g} h is beyond the {task.lead:g} h the model was trained "
-            "for; its temporal attention extrapolates and the forecast may be poor.",
+            f"lead_time {leads.max():g} h is beyond the {max(task.leads):g} h the model was "
+            "trained for; its temporal attention extrapolates and the forecast may be poor.",
             XnpWarning,
             stacklevel=3,
         )
@@ -126,10 +171,21 @@ def forecast(
         per_lead = []
         for lead in leads:
             tmpl = spatial.assign_coords({layout.time: add_hours(times[i], float(lead))})
-            out = run_targets(ctx, tmpl, opts, t_target=float(lead))
+            offset = _baseline_shift(model, ctx, float(hours[i]), float(lead))
+            out = run_targets(ctx, tmpl, opts, t_target=float(lead), offset=offset)
             per_lead.append(out.drop_vars(layout.time, errors="ignore"))
         results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[times[i]]))
     return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
+
+
+def _baseline_shift(model: Any, ctx: Any, reference: float, lead: float) -> BaselineShift | None:
+    """The baseline of a model that forecasts changes (None for one that does not)."""
+    baseline = getattr(model, "baseline", None)
+    if baseline is None:
+        return None
+    obs = ctx.observed
+    centre = np.array([model.normaliser.stats[v].mean for v in model.variables])
+    return BaselineShift(baseline, (obs.s, obs.time - reference, obs.f), reference, lead, centre)
 
 
 def forecast_layout(

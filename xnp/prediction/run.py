@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.flatten import predictions_to_xarray, to_points
+from xnp.data.trend import Offset
 from xnp.errors import (
     ConfigError,
 )
@@ -27,14 +28,25 @@ from xnp.prediction.templates import ONE_PLACE, at_one_place
 __all__ = ["one_time", "run_targets"]
 
 
-def run_targets(ctx: Context, template: xr.Dataset, opts: Options, *, t_target: float | None = None
-         ) -> xr.Dataset:  # fmt: skip
-    """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks)."""
+def run_targets(
+    ctx: Context,
+    template: xr.Dataset,
+    opts: Options,
+    *,
+    t_target: float | None = None,
+    offset: Offset | None = None,
+) -> xr.Dataset:
+    """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks).
+
+    ``offset`` (a forecast's baseline) is added to the prediction, as the
+    context's trend is (the two never meet: trends are for zero-shot models).
+    """
     model = ctx.model
+    offset = ctx.trend if offset is None else offset
     names = coord_names(model, template)
     one = at_one_place(template, names)
     if one is not None:  # targets at a single place: a scalar prediction
-        return run_targets(ctx, one, opts, t_target=t_target).squeeze(ONE_PLACE)
+        return run_targets(ctx, one, opts, t_target=t_target, offset=offset).squeeze(ONE_PLACE)
     if opts.chunks:  # the covariates are read block by block, not here
         data_covariates = tuple(map(str, template.data_vars))  # all read at the targets
         light = template.drop_vars(list(data_covariates))
@@ -63,7 +75,7 @@ def run_targets(ctx: Context, template: xr.Dataset, opts: Options, *, t_target: 
         attrs = {c: dict(template[c].attrs) for c in data_covariates}
         payload = Payload(ctx.predictor, state, light, names, tgt_ps.dims, data_covariates,
                            attrs, ctx.points, opts.radius_km, model, t_target,
-                           ctx.trend)  # fmt: skip
+                           offset)  # fmt: skip
         lazy = [as_dask(template[c], tgt_ps.dims, tgt_ps.shape) for c in data_covariates]
         return lazy_prediction(payload, lazy, tgt_ps, opts.chunks, ctx.attrs)
     if not len(tgt_ps):  # every target lacks a covariate: NaN, as in the lazy path
@@ -77,8 +89,8 @@ def run_targets(ctx: Context, template: xr.Dataset, opts: Options, *, t_target: 
         mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
     mean, std = mean[0], std[0]
-    if ctx.trend is not None:
-        mean, std = ctx.trend.add_to(tgt_ps.s, mean, std, prior_std(model))
+    if offset is not None:
+        mean, std = offset.add_to(tgt_ps.s, mean, std, prior_std(model))
     return predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
                                  list(model.variables), attrs=ctx.attrs)  # fmt: skip
 

@@ -162,6 +162,7 @@ def write_state(directory: Path, state: TrainState, run: dict[str, Any]) -> dict
         "step": state.step, "best_step": state.best_step, "run": run,
         "best_nll": None if math.isinf(state.best_nll) else state.best_nll,
         "pending_losses": list(state.pending_losses),
+        "seconds": round(float(state.seconds), 3),
         "opt_state_sha256": write_arrays(
             directory / "opt_state.safetensors", tree_to_arrays(state.opt_state, by_path=False)
         ),
@@ -228,4 +229,5 @@ def _read_state(
         best_nll=best_nll,
         history=history,
         pending_losses=tuple(float(x) for x in stored.get("pending_losses", [])),
+        seconds=float(stored.get("seconds", 0.0)),
     )

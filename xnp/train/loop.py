@@ -111,6 +111,7 @@ def train(
     value_scale: Sequence[float] = (1.0,),
     on_checkpoint: Callable[[TrainState], None] | None = None,
     progress: bool = True,
+    time_budget: float | None = None,
 ) -> TrainState:
     """Train from ``state`` up to ``steps`` steps and return the final state.
 
@@ -140,15 +141,24 @@ def train(
         Called with the state every ``config.checkpoint_every`` steps and at the end.
     progress : bool
         Show a tqdm progress bar.
+    time_budget : float, optional
+        Seconds the loop may take (counting those of the run before a resume):
+        the schedule is laid over the budget (its progress is the larger of the
+        fractions of steps done and of the budget spent), and the run stops cleanly
+        at the first step that ends past it, with a last validation and checkpoint.
+        ``steps`` is then the most it may make.
 
     Returns
     -------
     TrainState
-        The state after ``steps`` steps; arrays are donated, so ``state`` itself
-        must not be reused.
+        The state after ``steps`` steps (or when the budget ran out); arrays are
+        donated, so ``state`` itself must not be reused.
     """
     if state.step > steps:
         raise ConfigError(f"The state is at step {state.step}, beyond the run's {steps} steps.")
+    if time_budget is not None and state.seconds >= time_budget:
+        log.info("the run had spent its time budget (%.0f s) already", time_budget)
+        return dataclasses.replace(state, out_of_time=state.step < steps)
     schedule = config.schedule(learning_rate, steps)
     mesh = data_mesh(batch_size, config.devices)
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -167,17 +177,34 @@ def train(
     fetch = _Prefetcher(
         lambda k: jax.device_put(batch_fn(k), sharded), start, steps, config.prefetch
     )
-    bar = tqdm(total=steps, initial=start, desc="fit", disable=not progress, unit="step")
+    if time_budget is None:
+        bar = tqdm(total=steps, initial=start, desc="fit", disable=not progress, unit="step")
+    else:  # a bar of seconds: the budget is what ends the run
+        bar = tqdm(total=round(time_budget), initial=min(round(state.seconds), round(time_budget)),
+                   desc="fit", disable=not progress, unit="s")  # fmt: skip
     tick, tick_step = time.perf_counter(), start
-    done, interrupted = start, False
+    began, spent_before = tick, float(state.seconds)
+    elapsed = lambda: spent_before + time.perf_counter() - began  # noqa: E731
+    done, interrupted, out_of_time = start, False, False
     failures: list[int] = []
     try:
         for k in range(start, steps):
-            lr = np.float32(schedule(k))
+            if time_budget is None:
+                lr = np.float32(schedule(k))
+            else:  # the schedule laid over the budget
+                lr = np.float32(
+                    config.rate_at(learning_rate, max(k / steps, elapsed() / time_budget))
+                )
             params, opt_state, loss = step_fn(params, opt_state, fetch.get(k), lr)
             losses.append(loss)
             done = k + 1
-            bar.update(1)
+            if time_budget is None:
+                bar.update(1)
+            else:
+                jax.block_until_ready(loss)  # time the step itself, not its dispatch
+                out_of_time = elapsed() >= time_budget and done < steps
+                bar.update(max(min(round(elapsed()), bar.total) - bar.n, 0))
+            last = done == steps or out_of_time
             if k == start:
                 # the first step compiles (unless this process compiled it before): keep
                 # it out of steps_per_second, which would otherwise understate the speed
@@ -186,7 +213,7 @@ def train(
                 now = time.perf_counter()
                 log.info("first step (including compilation) took %.1f s", now - tick)
                 tick, tick_step = now, done
-            if done % config.log_every and done != steps:
+            if done % config.log_every and not last:
                 continue
             train_nll = float(jnp.mean(jnp.stack(losses)))
             if not math.isfinite(train_nll):
@@ -205,7 +232,7 @@ def train(
                 "learning_rate": float(lr),
                 "steps_per_second": speed,
             }
-            if val_batches and (done % config.validate_every == 0 or done == steps):
+            if val_batches and (done % config.validate_every == 0 or last):
                 nll, rmse, coverage = batch_scores(evaluate, params, val_batches, scale)
                 row.update(val_nll=nll, val_rmse=rmse, val_coverage=coverage)
                 if nll < best_nll:
@@ -215,16 +242,26 @@ def train(
                 tick = time.perf_counter()  # do not count validation time as training speed
             for key, value in row.items():
                 history[key].append(value)
-            bar.set_postfix(nll=f"{train_nll:.3f}", steps_s=f"{speed:.1f}")
-            if on_checkpoint is not None and (
-                done % config.checkpoint_every == 0 or done == steps
-            ):
+            bar.set_postfix(nll=f"{train_nll:.3f}", steps_s=f"{speed:.1f}", step=done)
+            if on_checkpoint is not None and (done % config.checkpoint_every == 0 or last):
                 _checkpoint(
                     on_checkpoint,
-                    TrainState(done, params, opt_state, best, best_step, best_nll, history),
+                    TrainState(
+                        done,
+                        params,
+                        opt_state,
+                        best,
+                        best_step,
+                        best_nll,
+                        history,
+                        seconds=elapsed(),
+                    ),
                     failures,
                 )
                 tick = time.perf_counter()
+            if out_of_time:
+                log.info("time budget of %.0f s reached after %d steps", time_budget, done)
+                break
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -233,12 +270,24 @@ def train(
     if interrupted:
         pending = tuple(float(x) for x in losses)
         return _interrupted(
-            TrainState(done, params, opt_state, best, best_step, best_nll, history, True, pending),
+            TrainState(
+                done,
+                params,
+                opt_state,
+                best,
+                best_step,
+                best_nll,
+                history,
+                True,
+                pending,
+                seconds=elapsed(),
+            ),
             steps,
             on_checkpoint,
             failures,
         )
-    return TrainState(steps, params, opt_state, best, best_step, best_nll, history)
+    return TrainState(done, params, opt_state, best, best_step, best_nll, history,
+                      seconds=elapsed(), out_of_time=out_of_time)  # fmt: skip
 
 
 def _diverged(step: int, loss: float, learning_rate: float, start: int) -> ConfigError:

@@ -168,6 +168,31 @@ class TrainConfig:
 
         return lr
 
+    def rate_at(self, learning_rate: float, fraction: float) -> float:
+        """The learning rate at ``fraction`` (0 to 1) of a run: the schedule laid over time.
+
+        The same warm-up and cosine as :meth:`schedule`, as a function of the
+        fraction of the run done (a fit with a time budget: the fraction of the
+        budget spent).
+
+        Examples
+        --------
+        >>> config = TrainConfig(warmup_fraction=0.1)
+        >>> (
+        ...     config.rate_at(1e-3, 0.05),
+        ...     config.rate_at(1e-3, 0.1),
+        ...     round(config.rate_at(1e-3, 1), 8),
+        ... )
+        (0.0005, 0.001, 0.0002)
+        """
+        peak, final = learning_rate, learning_rate * self.final_lr_ratio
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        warm = self.warmup_fraction
+        if fraction < warm:
+            return peak * fraction / warm
+        progress = (fraction - warm) / (1.0 - warm)
+        return final + (peak - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
     def init_optimizer(self, params: nnx.State) -> optax.OptState:
         """A fresh optimiser state for ``params`` (the form :func:`~xnp.train.loop.train` expects).
 

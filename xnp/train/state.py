@@ -64,6 +64,10 @@ class TrainState:
     #: Training losses of the steps since the last history row (an interrupt can
     #: stop between rows; resuming averages them into the next row, as without it).
     pending_losses: tuple[float, ...] = ()
+    #: Seconds spent in the training loop so far (what a time budget counts).
+    seconds: float = 0.0
+    #: Whether the run stopped at its time budget, before its last step.
+    out_of_time: bool = False
 
 
 def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:

@@ -1,0 +1,333 @@
+"""Forecast baselines: what a forecast model predicts the change from.
+
+A forecast model fitted with ``ForecastTasks(baseline=...)`` learns the *change*
+from a baseline rather than the field itself (the predictive std stays the
+model's):
+
+* ``"persistence"``: the last observed value at (or nearest to) the target
+  point;
+* ``"persistence+diurnal"``: that value plus the mean change over the lead time
+  for the target's place and the initialisation's hour of day, learned from the
+  training times (:class:`ForecastBaseline`, stored with the model).
+
+The rules, where a baseline cannot be formed exactly:
+
+* **Persistence** takes, for each variable, the nearest (great-circle) observation
+  in the most recent context frame that has one of that variable; with no
+  observation of it in any context frame a task has no baseline (training skips
+  it; prediction raises :class:`~xnp.errors.EmptyDataError`).
+* **The diurnal change** is kept per lead, hour of day and place (the training
+  data's grid cells or stations, at most :data:`MAX_SITES` of them, evenly
+  thinned beyond); a target takes the nearest place's.  A place never observed at
+  some hour takes that hour's mean over the places; an hour the training data
+  never held is interpolated (circularly) between the nearest hours it held, and a
+  lead between trained leads linearly between them (beyond them, the nearest).
+
+Examples
+--------
+>>> import xarray as xr
+>>> t = np.arange(48) * np.timedelta64(1, "h") + np.datetime64("2020-01-01")
+>>> hour = (np.arange(48) % 24).astype(float)
+>>> ds = xr.Dataset(
+...     {"v": (("time", "lat", "lon"), np.broadcast_to(hour[:, None, None], (48, 2, 2)).copy())},
+...     coords={"time": t, "lat": [0.0, 1.0], "lon": [0.0, 1.0]},
+... )
+>>> from xnp.data.coords import find_coords
+>>> base = ForecastBaseline.fit("persistence+diurnal", ds, find_coords(ds, "v"), ["v"], [6.0])
+>>> base.change_at(np.array([[0.0, 0.0]]), hour=20.0, lead=6.0)  # 20h -> 2h: 2 - 20
+array([[-18.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy.spatial import cKDTree
+
+from xnp.data.coords import Layout, latlon
+from xnp.data.tasks import BASELINES
+from xnp.data.times import match_hours, time_hours
+from xnp.errors import CheckpointError, ConfigError, EmptyDataError
+from xnp.geo.sphere import unit_vectors
+
+__all__ = ["BASELINES", "MAX_SITES", "ForecastBaseline", "check_baseline", "persistence"]
+
+#: Most places a diurnal climatology keeps (evenly thinned beyond).
+MAX_SITES = 16_384
+
+
+def check_baseline(baseline: Any) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` unless ``baseline`` is None or a known name.
+
+    Examples
+    --------
+    >>> check_baseline("persistence")
+    """
+    if baseline is not None and baseline not in BASELINES:
+        raise ConfigError(f"baseline must be None or one of {list(BASELINES)}; got {baseline!r}.")
+
+
+def persistence(
+    s: np.ndarray, t: np.ndarray, f: np.ndarray, targets: np.ndarray
+) -> np.ndarray | None:
+    """The last observed value nearest to each target, per variable.
+
+    Parameters
+    ----------
+    s : ndarray ``[N, 2]``
+        Latitude and longitude of the context points (degrees).
+    t : ndarray ``[N]``
+        Their times, relative to the initialisation time (0 is the last frame).
+    f : ndarray ``[N, Dy]``
+        Their values (NaN where a variable is not observed).
+    targets : ndarray ``[M, 2]``
+        Latitude and longitude of the targets.
+
+    Returns
+    -------
+    ndarray ``[M, Dy]`` or None
+        The values; None when some variable has no observation at all.
+
+    Examples
+    --------
+    >>> s = np.array([[0.0, 0.0], [0.0, 10.0], [0.0, 0.0]])
+    >>> persistence(
+    ...     s,
+    ...     np.array([-6.0, 0.0, 0.0]),
+    ...     np.array([[1.0], [2.0], [3.0]]),
+    ...     np.array([[0.0, 1.0], [0.0, 9.0]]),
+    ... )
+    array([[3.],
+           [2.]])
+    """
+    f = np.asarray(f, np.float64)
+    out = np.empty((len(targets), f.shape[1]), np.float64)
+    query = unit_vectors(np.asarray(targets, np.float64))
+    for j in range(f.shape[1]):
+        seen = np.isfinite(f[:, j])
+        if not seen.any():
+            return None
+        latest = seen & (t == t[seen].max())
+        _, nearest = cKDTree(unit_vectors(np.asarray(s, np.float64)[latest])).query(query)
+        out[:, j] = f[latest, j][nearest]
+    return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ForecastBaseline:
+    """A forecast baseline, with its diurnal climatology when it has one.
+
+    Attributes
+    ----------
+    kind : {"persistence", "persistence+diurnal"}
+        The baseline.
+    variables : tuple of str
+        The variables, in the order of the last axis of ``change``.
+    leads : ndarray ``[L]``
+        Lead times (hours) of the climatology.
+    hours : ndarray ``[H]``
+        Hours of day (0-23) the training data held initialisation times at.
+    sites : ndarray ``[S, 2]``
+        Latitude and longitude of the climatology's places.
+    change : ndarray ``[L, H, S, Dy]``
+        Mean change over the lead from an initialisation at that hour and place
+        (float32); empty for plain persistence.
+    """
+
+    kind: str
+    variables: tuple[str, ...]
+    leads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    hours: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    sites: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
+    change: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
+
+    def __post_init__(self) -> None:
+        check_baseline(self.kind)
+        if self.kind is None:
+            raise ConfigError("a ForecastBaseline needs a kind; got None.")
+
+    def __repr__(self) -> str:
+        if not self.diurnal:
+            return f"ForecastBaseline({self.kind!r}, variables={list(self.variables)})"
+        return (
+            f"ForecastBaseline({self.kind!r}, variables={list(self.variables)}, "
+            f"leads={self.leads.tolist()}, {self.hours.size} hours, {len(self.sites)} places)"
+        )
+
+    @property
+    def diurnal(self) -> bool:
+        """Whether the baseline adds a diurnal climatology to persistence."""
+        return self.kind == "persistence+diurnal"
+
+    @classmethod
+    def fit(
+        cls,
+        kind: str,
+        data: xr.Dataset,
+        layout: Layout,
+        variables: Sequence[str],
+        leads: Sequence[float],
+        end: int | None = None,
+    ) -> ForecastBaseline:
+        """The baseline of ``kind``, its climatology learned from ``data``'s first ``end`` times.
+
+        ``data`` holds ``variables`` on ``(time, *layout.point_dims)``; only pairs of
+        times that both lie before ``end`` (the start of the held-out period) count.
+        """
+        check_baseline(kind)
+        variables = tuple(variables)
+        if kind != "persistence+diurnal":
+            return cls(kind, variables)
+        if layout.time_dim is None:
+            raise ConfigError("a diurnal baseline needs data with a time dimension.")
+        dims = (layout.time_dim, *layout.point_dims)
+        for v in variables:
+            extra = [d for d in data[v].dims if d not in dims]
+            if extra:
+                raise ConfigError(
+                    f"{v!r} has dimension(s) {extra} besides time and space: a diurnal "
+                    "baseline is kept per place; select or stack them first, or use "
+                    "baseline='persistence'."
+                )
+        hours = time_hours(data[layout.time].values)
+        end = hours.size if end is None else int(end)
+        lat, lon = latlon(data, layout)  # over layout.point_dims, as the arrays below
+        sites = np.stack([np.ravel(lat), np.ravel(lon)], -1)
+        keep = np.arange(len(sites))
+        if len(sites) > MAX_SITES:
+            keep = np.unique(np.linspace(0, len(sites) - 1, MAX_SITES).round().astype(np.int64))
+        arrays = [
+            data[v].transpose(*dims).data.reshape(hours.size, -1)[:end][:, keep] for v in variables
+        ]
+        hod = np.round(np.mod(hours[:end], 24.0)).astype(np.int64) % 24
+        seen_hours: set[int] = set()
+        per_lead = []
+        for lead in leads:
+            j = match_hours(hours[:end], hours[:end] + float(lead))
+            i = np.flatnonzero(j >= 0)
+            if i.size == 0:
+                raise EmptyDataError(
+                    f"no two training times are {lead:g} h apart, so the mean change over "
+                    f"that lead cannot be learned; use baseline='persistence'."
+                )
+            seen_hours.update(hod[i].tolist())
+            per_lead.append((i, j[i]))
+        hour_list = np.array(sorted(seen_hours), np.int64)
+        change = np.full((len(leads), hour_list.size, keep.size, len(variables)), np.nan)
+        for a, (i, j) in enumerate(per_lead):
+            for b, h in enumerate(hour_list):
+                at = hod[i] == h
+                if not at.any():
+                    continue
+                for c, x in enumerate(arrays):
+                    diff = np.asarray(x[j[at]], np.float64) - np.asarray(x[i[at]], np.float64)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # never observed: NaN
+                        change[a, b, :, c] = np.nanmean(diff, axis=0)
+        change = _fill(change)
+        return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
+                   sites[keep], change.astype(np.float32))  # fmt: skip
+
+    def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
+        """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
+        if not self.diurnal:
+            return np.zeros((len(targets), len(self.variables)), np.float32)
+        _, site = cKDTree(unit_vectors(self.sites)).query(unit_vectors(np.asarray(targets)))
+        by_lead = self.change[:, :, site]  # [L, H, M, Dy]
+        by_hour = _interpolate(by_lead, self.leads, float(lead), circular=False)
+        return _interpolate(by_hour, self.hours, float(hour) % 24.0, circular=True)
+
+    def at(
+        self,
+        context: tuple[np.ndarray, np.ndarray, np.ndarray],
+        targets: np.ndarray,
+        *,
+        reference: float,
+        lead: float,
+    ) -> np.ndarray | None:
+        """The baseline ``[M, Dy]`` at ``targets``: persistence, plus the diurnal change.
+
+        ``context`` is ``(s, t, f)`` of the target source's context points (``t``
+        relative to the initialisation time ``reference``, hours since 1970), raw
+        values; None when persistence cannot be formed (see :func:`persistence`).
+        """
+        last = persistence(*context, targets)
+        if last is None:
+            return None
+        return last + self.change_at(targets, hour=reference % 24.0, lead=lead)
+
+    # -- saving -----------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The JSON part of the baseline (the arrays go to :meth:`arrays`)."""
+        return {
+            "kind": self.kind,
+            "variables": list(self.variables),
+            "leads": [float(x) for x in self.leads],
+            "hours": [float(x) for x in self.hours],
+        }
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of the climatology (empty for plain persistence)."""
+        if not self.diurnal:
+            return {}
+        return {"sites": np.asarray(self.sites, np.float64), "change": self.change}
+
+    @classmethod
+    def from_saved(
+        cls, blob: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> ForecastBaseline:
+        """Inverse of :meth:`to_json` and :meth:`arrays` (a mismatch raises CheckpointError)."""
+        try:
+            kind, variables = blob["kind"], tuple(blob["variables"])
+            leads = np.asarray(blob.get("leads", []), np.float64)
+            hours = np.asarray(blob.get("hours", []), np.float64)
+            if kind != "persistence+diurnal":
+                return cls(kind, variables)
+            sites = np.asarray(arrays["sites"], np.float64)
+            change = np.asarray(arrays["change"], np.float32)
+        except (KeyError, TypeError, ValueError, ConfigError) as err:
+            raise CheckpointError(f"the model's forecast baseline is malformed: {err!r}.") from err
+        expected = (leads.size, hours.size, len(sites), len(variables))
+        if change.shape != expected or sites.shape[1:] != (2,) or not np.isfinite(change).all():
+            raise CheckpointError(
+                f"the model's diurnal climatology has shape {change.shape} (expected "
+                f"{expected}, finite): the baseline file does not match its record."
+            )
+        return cls(kind, variables, leads, hours, sites, change)
+
+
+def _fill(change: np.ndarray) -> np.ndarray:
+    """Places never observed at an hour take the hour's mean over the places."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(change, axis=2, keepdims=True)
+    if not np.isfinite(mean).all():
+        raise EmptyDataError(
+            "a variable was never observed at two times a lead apart in the training data, "
+            "so its mean change cannot be learned; use baseline='persistence'."
+        )
+    return np.where(np.isfinite(change), change, mean)
+
+
+def _interpolate(values: np.ndarray, axis: np.ndarray, x: float, *, circular: bool) -> np.ndarray:
+    """``values`` (first axis along ``axis``) at ``x``: linear between neighbours.
+
+    Circular axes (hours of day, period 24) wrap; others are clamped at their ends.
+    """
+    if axis.size == 1:
+        return values[0]
+    if circular:
+        grid = np.concatenate([axis - 24.0, axis, axis + 24.0])
+        values = np.concatenate([values, values, values])
+    else:
+        grid = axis
+        x = float(np.clip(x, axis.min(), axis.max()))
+    hi = int(np.clip(np.searchsorted(grid, x), 1, grid.size - 1))
+    lo = hi - 1
+    w = 0.0 if grid[hi] == grid[lo] else (x - grid[lo]) / (grid[hi] - grid[lo])
+    return ((1.0 - w) * values[lo] + w * values[hi]).astype(np.float32)
