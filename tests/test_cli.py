@@ -71,7 +71,7 @@ def test_help_of_every_command(capsys, command):
         assert "(default: 1GiB)" in out
         assert "name of a pretrained model" in out
     if command == "fit":
-        assert "(default: 2000)" in out
+        assert "(default: 2000," in out
         assert "bsa-tnp-tiny" in out
 
 
@@ -226,6 +226,12 @@ def test_clear_errors_without_traceback(capsys, files, fitted, tmp_path):
     fails(2, "demo", "--data", files / "data.nc", "--out", tmp_path / "d",
           match="--data needs --variable")  # fmt: skip
     fails(2, "frobnicate", match="invalid choice")
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--baseline",
+          "persistence", match="add --tasks forecast")  # fmt: skip
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--tasks", "forecast",
+          "--time-budget", "soon", match="duration")  # fmt: skip
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--tasks", "forecast",
+          "--lead", "6,-6", match="positive number")  # fmt: skip
     fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
           "--memory-budget", "lots", match="memory size")  # fmt: skip
     fails(2, "predict", fitted, files / "data.nc", "--out", tmp_path / "p.nc",
@@ -237,6 +243,20 @@ def test_clear_errors_without_traceback(capsys, files, fitted, tmp_path):
           "zarr", "--overwrite", match="refusing to replace")  # fmt: skip
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     assert not (tmp_path / "m").exists()
+
+
+def test_fit_a_forecast_of_changes_for_several_leads(capsys, tmp_path):
+    data = xnp.datasets.gp_sphere(n_lat=4, n_lon=6, n_time=16, seed=4)
+    data.to_netcdf(tmp_path / "series.nc")
+    status, _, err = run(capsys, "fit", tmp_path / "series.nc", "field", "--out", tmp_path / "m",
+                         "--model", "bsa-tnp-tiny", "--tasks", "forecast", "--lead", "12,6",
+                         "--baseline", "persistence+diurnal", "--steps", "2", "--batch-size",
+                         "3", "--validation", "0", "--no-progress", "--quiet")  # fmt: skip
+    assert status == 0, err
+    model = xnp.load(tmp_path / "m")
+    assert model.task.leads == (6.0, 12.0)
+    assert model.baseline.kind == "persistence+diurnal"
+    assert model.baseline.leads.tolist() == [6.0, 12.0]
 
 
 def test_debug_shows_the_traceback(tmp_path):

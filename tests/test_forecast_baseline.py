@@ -103,11 +103,13 @@ def test_the_sampler_targets_the_change_from_the_baseline():
         raw = sampler.normaliser.inverse(obs.f, ["t2m"])
         base = sampler.baseline.at((obs.s, obs.t, raw), without.target.s,
                                    reference=ref, lead=6.0)  # fmt: skip
-        expected = without.target.f - (base - sampler.normaliser.stats["t2m"].mean) / std
-        np.testing.assert_allclose(with_base.target.f, expected, atol=1e-5)
+        ratio = sampler.baseline.scale[0] / std
+        expected = (without.target.f - (base - sampler.normaliser.stats["t2m"].mean) / std) / ratio
+        np.testing.assert_allclose(with_base.target.f, expected, atol=1e-4)
     # changes are smaller than the field's spread
-    spread = [np.concatenate([t.target.f for t in s.tasks(1)]).std() for s in (sampler, plain)]
-    assert spread[0] < 0.5 * spread[1]
+    # in its own scale the change is of order one
+    spread = np.concatenate([t.target.f for t in sampler.tasks(1)]).std()
+    assert 0.5 < spread < 2.0
 
 
 def test_the_sampler_draws_every_lead():

@@ -260,6 +260,8 @@ class NeuralProcess:
         if not batches:
             raise EmptyDataError("evaluate_batches needs at least one batch; got none.")
         scale = np.array([self.normaliser.stats[v].std for v in self.variables])
+        if self.baseline is not None:  # a forecaster's targets are changes in their own scale
+            scale = scale * self.baseline.ratio(scale)
         nll, rmse, coverage = batch_scores(eval_step(self.graphdef), self.params_, batches, scale)
         return {"nll": nll, "rmse": rmse, "coverage": coverage}
 

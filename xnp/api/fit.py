@@ -361,6 +361,8 @@ def fit(
         ", ".join(variables), task, nc, nt,
     )  # fmt: skip
     scale = [sampler.normaliser.stats[v].std for v in variables]
+    if sampler.baseline is not None:  # targets are changes in the baseline's scale
+        scale = list(np.asarray(scale) * sampler.baseline.ratio(scale))
     state = train(
         graphdef, state, lambda k: fixed_batch(sampler.batch(k), nc, nt, n_sources), steps=steps,
         learning_rate=learning_rate, config=config, batch_size=batch_size,

@@ -15,7 +15,7 @@ from xnp.cli.checks import check_model_out, check_variables, open_sources, time_
 from xnp.errors import ConfigError, UsageError
 from xnp.storage import open_data
 
-__all__ = ["run_fit", "train_config"]
+__all__ = ["forecast_tasks", "run_fit", "train_config"]
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,16 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     max_points = args.max_points or DEFAULT_MAX_POINTS
     tasks = (SpatialTasks(max_context=max_points, max_targets=max_points)
              if args.tasks == "spatial" else None)  # fmt: skip
+    if args.tasks != "spatial" or args.lead is not None or args.baseline is not None:
+        tasks = forecast_tasks(args, data, variables[0], validation)
     from xnp.api.fit import fit  # (here: a wrong --out is refused without loading JAX)
 
     model = fit(
         data, variables, model=args.model, covariates=args.covariates, tasks=tasks,
-        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        steps=args.steps, time_budget=args.time_budget, batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
-        resume=args.resume, progress=args.progress, config=train_config(args.steps),
+        resume=args.resume, progress=args.progress, config=train_config(args.steps or 2000),
         context_sources=open_sources(args, files),
     )  # fmt: skip
     path = model.save(out)
@@ -95,3 +98,35 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         log.info("%s", line)
     print(f"model: {path}")
     return 0
+
+
+def forecast_tasks(args: argparse.Namespace, data: Any, variable: str, validation: Any) -> Any:
+    """The tasks of ``--tasks auto|forecast`` with ``--lead`` and ``--baseline`` applied.
+
+    ``--tasks auto`` on data without a regular time axis gives spatial tasks, unless a
+    forecast option asks for forecasts; ``--lead``/``--baseline`` with ``--tasks
+    spatial`` is a usage error.
+    """
+    import dataclasses
+
+    from xnp.api.sizes import default_tasks
+    from xnp.data.tasks import ForecastTasks
+
+    asked = [o for o, v in (("--lead", args.lead), ("--baseline", args.baseline)) if v is not None]
+    if args.tasks == "spatial":
+        raise UsageError(
+            f"{' and '.join(asked)} set forecast tasks; add --tasks forecast (or leave "
+            f"{' and '.join(asked)} out to interpolate)."
+        )
+    fraction = validation if isinstance(validation, float) else 0.1
+    tasks = default_tasks(data, variable, fraction)
+    if not isinstance(tasks, ForecastTasks):
+        if args.tasks == "auto" and not asked:
+            return tasks
+        raise ConfigError(
+            f"forecast tasks need a regular time axis of {variable!r} with at least three "
+            "times; this data has none (its default tasks are spatial). Give data over "
+            "time, or use --tasks spatial."
+        )
+    baseline = None if args.baseline in (None, "none") else args.baseline
+    return dataclasses.replace(tasks, lead=args.lead or tasks.lead, baseline=baseline)

@@ -19,6 +19,8 @@ from xnp.errors import XnpError
 __all__ = [
     "fraction",
     "parse_chunks",
+    "parse_duration",
+    "parse_hours",
     "parse_names",
     "parse_source",
     "parse_time",
@@ -60,6 +62,33 @@ def positive_float(text: str) -> float:
     0.001
     """
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def parse_hours(text: str) -> list[float]:
+    """Comma-separated positive hours, e.g. ``--lead 6,12,24``.
+
+    Examples
+    --------
+    >>> parse_hours("6,12")
+    [6.0, 12.0]
+    """
+    return [positive_float(part.strip()) for part in text.split(",")]
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a duration such as ``10min``, ``90s`` or ``1.5h``, e.g. ``--time-budget``.
+
+    Examples
+    --------
+    >>> parse_duration("10min")
+    600.0
+    """
+    from xnp.units import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except XnpError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def fraction(text: str) -> float:

@@ -17,6 +17,8 @@ from typing import Any
 from xnp.cli.defaults import DEMO_LEARNING_RATE, DEMO_STEPS
 from xnp.cli.options import (
     parse_chunks,
+    parse_duration,
+    parse_hours,
     parse_names,
     parse_source,
     parse_validation,
@@ -209,11 +211,32 @@ def _add_fit(subs: Any) -> None:
     )
     p.add_argument(
         "--tasks",
-        choices=("spatial", "auto"),
+        choices=("spatial", "auto", "forecast"),
         default="spatial",
-        help="spatial: interpolate at one time (what `xnp predict` does); auto: "
-        "xnp's default for the data, forecast tasks when it has a time axis "
-        "(default: %(default)s)",
+        help="spatial: interpolate at one time (what `xnp predict` does); forecast: "
+        "predict LEAD hours ahead from 4 past frames; auto: xnp's default for the data, "
+        "forecast tasks when it has a regular time axis (default: %(default)s)",
+    )
+    p.add_argument(
+        "--lead",
+        type=parse_hours,
+        metavar="HOURS",
+        help="forecast tasks: lead time(s) in hours, comma-separated for one model of "
+        "several (e.g. 6,12,24; default: the frames' step)",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=("none", "persistence", "persistence+diurnal"),
+        help="forecast tasks: predict the change from the last observation (persistence), "
+        "plus the training days' mean change for the place and hour (persistence+diurnal) "
+        "(default: none)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=parse_duration,
+        metavar="DURATION",
+        help="train for this wall-clock time, e.g. 10min or 1.5h, with the learning-rate "
+        "schedule laid over it (--steps then caps it; default: no budget)",
     )
     p.add_argument(
         "--max-points",
@@ -240,8 +263,8 @@ def _add_fit(subs: Any) -> None:
         "--steps",
         type=positive_int,
         metavar="N",
-        default=2000,
-        help="optimisation steps (default: %(default)s)",
+        default=None,
+        help="optimisation steps (default: 2000, or unlimited with --time-budget)",
     )
     p.add_argument(
         "--batch-size",

@@ -137,6 +137,10 @@ class ForecastBaseline:
     change : ndarray ``[L, H, S, Dy]``
         Mean change over the lead from an initialisation at that hour and place
         (float32); empty for plain persistence.
+    scale : ndarray ``[Dy]`` or None
+        The RMS error of the baseline over the training times, in the variables'
+        units: the model predicts the change divided by it, so that its outputs
+        are of order one (None: the variables' own spread, as for the field).
     """
 
     kind: str
@@ -145,6 +149,7 @@ class ForecastBaseline:
     hours: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     sites: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
     change: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
+    scale: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_baseline(self.kind)
@@ -158,6 +163,12 @@ class ForecastBaseline:
             f"ForecastBaseline({self.kind!r}, variables={list(self.variables)}, "
             f"leads={self.leads.tolist()}, {self.hours.size} hours, {len(self.sites)} places)"
         )
+
+    def ratio(self, field_std: np.ndarray) -> np.ndarray:
+        """``scale / field_std`` ``[Dy]``: the unit of the model's change in normalised units."""
+        if self.scale is None:
+            return np.ones(len(self.variables))
+        return np.asarray(self.scale, np.float64) / np.asarray(field_std, np.float64)
 
     @property
     def diurnal(self) -> bool:
@@ -181,29 +192,28 @@ class ForecastBaseline:
         """
         check_baseline(kind)
         variables = tuple(variables)
-        if kind != "persistence+diurnal":
-            return cls(kind, variables)
+        diurnal = kind == "persistence+diurnal"
         if layout.time_dim is None:
-            raise ConfigError("a diurnal baseline needs data with a time dimension.")
+            raise ConfigError("a forecast baseline needs data with a time dimension.")
         dims = (layout.time_dim, *layout.point_dims)
         for v in variables:
             extra = [d for d in data[v].dims if d not in dims]
-            if extra:
+            if extra and diurnal:
                 raise ConfigError(
                     f"{v!r} has dimension(s) {extra} besides time and space: a diurnal "
                     "baseline is kept per place; select or stack them first, or use "
                     "baseline='persistence'."
                 )
+            dims = dims + tuple(d for d in extra if d not in dims)  # (persistence: any place)
         hours = time_hours(data[layout.time].values)
         end = hours.size if end is None else int(end)
         lat, lon = latlon(data, layout)  # over layout.point_dims, as the arrays below
         sites = np.stack([np.ravel(lat), np.ravel(lon)], -1)
-        keep = np.arange(len(sites))
-        if len(sites) > MAX_SITES:
-            keep = np.unique(np.linspace(0, len(sites) - 1, MAX_SITES).round().astype(np.int64))
-        arrays = [
-            data[v].transpose(*dims).data.reshape(hours.size, -1)[:end][:, keep] for v in variables
-        ]
+        columns = [data[v].transpose(*dims).data.reshape(hours.size, -1)[:end] for v in variables]
+        keep = np.arange(columns[0].shape[1])
+        if keep.size > MAX_SITES:
+            keep = np.unique(np.linspace(0, keep.size - 1, MAX_SITES).round().astype(np.int64))
+        arrays = [x[:, keep] for x in columns]
         hod = np.round(np.mod(hours[:end], 24.0)).astype(np.int64) % 24
         seen_hours: set[int] = set()
         per_lead = []
@@ -212,13 +222,14 @@ class ForecastBaseline:
             i = np.flatnonzero(j >= 0)
             if i.size == 0:
                 raise EmptyDataError(
-                    f"no two training times are {lead:g} h apart, so the mean change over "
-                    f"that lead cannot be learned; use baseline='persistence'."
+                    f"no two training times are {lead:g} h apart, so the change over that "
+                    "lead cannot be learned; give training data spanning it, or no baseline."
                 )
             seen_hours.update(hod[i].tolist())
             per_lead.append((i, j[i]))
         hour_list = np.array(sorted(seen_hours), np.int64)
         change = np.full((len(leads), hour_list.size, keep.size, len(variables)), np.nan)
+        squares, counts = np.zeros(len(variables)), np.zeros(len(variables))
         for a, (i, j) in enumerate(per_lead):
             for b, h in enumerate(hour_list):
                 at = hod[i] == h
@@ -229,9 +240,21 @@ class ForecastBaseline:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", RuntimeWarning)  # never observed: NaN
                         change[a, b, :, c] = np.nanmean(diff, axis=0)
+                    error = diff - change[a, b, :, c] if diurnal else diff
+                    ok = np.isfinite(error)
+                    squares[c] += float(np.sum(error[ok] ** 2))
+                    counts[c] += int(ok.sum())
+        scale = np.sqrt(squares / np.maximum(counts, 1))
+        if not (np.isfinite(scale).all() and (scale > 0).all()):
+            raise EmptyDataError(
+                f"the training data of {list(variables)} never change over the lead "
+                f"({scale.tolist()}): there is no change to learn."
+            )
+        if not diurnal:
+            return cls(kind, variables, scale=scale)
         change = _fill(change)
         return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
-                   sites[keep], change.astype(np.float32))  # fmt: skip
+                   sites[keep], change.astype(np.float32), scale)  # fmt: skip
 
     def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
@@ -269,6 +292,7 @@ class ForecastBaseline:
             "variables": list(self.variables),
             "leads": [float(x) for x in self.leads],
             "hours": [float(x) for x in self.hours],
+            "scale": None if self.scale is None else [float(x) for x in self.scale],
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -286,8 +310,14 @@ class ForecastBaseline:
             kind, variables = blob["kind"], tuple(blob["variables"])
             leads = np.asarray(blob.get("leads", []), np.float64)
             hours = np.asarray(blob.get("hours", []), np.float64)
+            scale = blob.get("scale")
+            scale = None if scale is None else np.asarray(scale, np.float64)
+            if scale is not None and (scale.shape != (len(variables),) or not (scale > 0).all()):
+                raise ValueError(
+                    f"scale {blob.get('scale')!r} is not one positive number per variable"
+                )
             if kind != "persistence+diurnal":
-                return cls(kind, variables)
+                return cls(kind, variables, scale=scale)
             sites = np.asarray(arrays["sites"], np.float64)
             change = np.asarray(arrays["change"], np.float32)
         except (KeyError, TypeError, ValueError, ConfigError) as err:
@@ -298,7 +328,7 @@ class ForecastBaseline:
                 f"the model's diurnal climatology has shape {change.shape} (expected "
                 f"{expected}, finite): the baseline file does not match its record."
             )
-        return cls(kind, variables, leads, hours, sites, change)
+        return cls(kind, variables, leads, hours, sites, change, scale)
 
 
 def _fill(change: np.ndarray) -> np.ndarray:
@@ -309,7 +339,7 @@ def _fill(change: np.ndarray) -> np.ndarray:
     if not np.isfinite(mean).all():
         raise EmptyDataError(
             "a variable was never observed at two times a lead apart in the training data, "
-            "so its mean change cannot be learned; use baseline='persistence'."
+            "so its mean change cannot be learned; use baseline='persistence' or none."
         )
     return np.where(np.isfinite(change), change, mean)
 

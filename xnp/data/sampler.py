@@ -458,8 +458,10 @@ class TaskSampler:
         budget = self._cap(spec.max_context) - len(ctx)
         parts += self._other_context(rng, context_hours, window, reference, budget)
         target_points = self._task_points(targets.take(np.sort(tgt)), reference, self._target)
-        if base is not None:  # the change from the baseline: (f - base) / std
+        if base is not None:  # the change from the baseline, in its own scale: (f - base) / scale
+            field_std = [self.normaliser.stats[v].std for v in self.variables]
             change = target_points.f - self.normaliser.transform(base, self.variables)
+            change = change / self.baseline.ratio(field_std)
             target_points = dataclasses.replace(
                 target_points, f=change.astype(target_points.f.dtype)
             )

@@ -36,8 +36,10 @@ __all__ = ["BaselineShift", "add_hours", "forecast", "forecast_layout", "lead_ho
 class BaselineShift:
     """A forecast's baseline, added to the change a model predicts (its std is kept).
 
-    The model predicts ``(value - baseline) / std`` in normalised units, so its
-    denormalised mean ``mu·std + centre`` becomes ``baseline + mu·std``.
+    The model predicts ``(value - baseline) / scale`` (the baseline's
+    :attr:`~xnp.data.baseline.ForecastBaseline.scale`), so its mean and std,
+    denormalised as a field (``mu·std + centre``, ``sigma·std``), become
+    ``baseline + mu·scale`` and ``sigma·scale``.
 
     Attributes
     ----------
@@ -50,8 +52,8 @@ class BaselineShift:
         The initialisation time (hours since 1970).
     lead : float
         The lead time (hours).
-    centre : ndarray ``[Dy]``
-        The means by which the model's values were normalised.
+    centre, spread : ndarray ``[Dy]``
+        The means and standard deviations by which the model's values were normalised.
     """
 
     baseline: ForecastBaseline
@@ -59,6 +61,7 @@ class BaselineShift:
     reference: float
     lead: float
     centre: np.ndarray
+    spread: np.ndarray
 
     def add_to(
         self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
@@ -71,8 +74,10 @@ class BaselineShift:
                 f"{list(self.baseline.variables)} has no observation in the context frames "
                 "to persist; give observations of every variable."
             )
-        out = np.asarray(mean, np.float64) + (base - self.centre)
-        return out.astype(np.asarray(mean).dtype), std
+        ratio = self.baseline.ratio(self.spread)
+        out_mean = base + (np.asarray(mean, np.float64) - self.centre) * ratio
+        out_std = np.asarray(std, np.float64) * ratio
+        return out_mean.astype(np.asarray(mean).dtype), out_std.astype(np.asarray(std).dtype)
 
 
 def lead_hours(lead_time: Any) -> tuple[np.ndarray, bool]:
@@ -184,8 +189,10 @@ def _baseline_shift(model: Any, ctx: Any, reference: float, lead: float) -> Base
     if baseline is None:
         return None
     obs = ctx.observed
-    centre = np.array([model.normaliser.stats[v].mean for v in model.variables])
-    return BaselineShift(baseline, (obs.s, obs.time - reference, obs.f), reference, lead, centre)
+    stats = [model.normaliser.stats[v] for v in model.variables]
+    centre, spread = np.array([s.mean for s in stats]), np.array([s.std for s in stats])
+    observed = (obs.s, obs.time - reference, obs.f)
+    return BaselineShift(baseline, observed, reference, lead, centre, spread)
 
 
 def forecast_layout(
