@@ -321,7 +321,12 @@ class NeuralProcess:
         ]
         if self.baseline is not None:
             lines.append(f"  baseline:    {self.baseline.kind} (the model predicts the change)")
-        if self.normalise == "context":
+        start = (self.training or {}).get("fine_tuned_from")
+        if self.normalise == "context" and isinstance(start, Mapping):
+            lines.append(
+                f"  normalise:   by each context set (fine-tuned from {start.get('from')})"
+            )
+        elif self.normalise == "context":
             lines.append("  normalise:   by each context set (zero-shot, any variable)")
         t = self.training
         if t:

@@ -23,6 +23,12 @@ import numpy as np
 import xarray as xr
 from flax import nnx
 
+from xnp.api.finetune import (
+    FINE_TUNE_LEARNING_RATE,
+    FINE_TUNE_STEPS,
+    as_pretrained,
+    pretrained_start,
+)
 from xnp.api.inputs import (
     MAIN_SOURCE,
     check_covariates,
@@ -48,7 +54,13 @@ from xnp.data.coords import (
 )
 from xnp.data.covariates import covariate_channels
 from xnp.data.sampler import TaskSampler
-from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, task_to_dict
+from xnp.data.tasks import (
+    DEFAULT_MAX_POINTS,
+    ForecastTasks,
+    SpatialTasks,
+    WindowTasks,
+    task_to_dict,
+)
 from xnp.data.times import is_datetime
 from xnp.errors import (
     CheckpointError,
@@ -90,7 +102,7 @@ def fit(
     tasks: Tasks | None = None,
     steps: int | None = None,
     batch_size: int = 8,
-    learning_rate: float = 5e-4,
+    learning_rate: float | None = None,
     validation: float | str | slice | Sequence[Any] | xr.Dataset | xr.DataArray | None = 0.1,
     seed: int = 0,
     checkpoint_dir: str | os.PathLike | None = None,
@@ -111,23 +123,29 @@ def fit(
         (:class:`~xnp.data.TaskSampler`'s ``load_budget``); a log line says which.
     variable : str or list of str
         Variable(s) to learn (default for a DataArray: its name).
-    model : str or BSATNPConfig
+    model : str, BSATNPConfig or NeuralProcess
         A registered model name (:func:`xnp.models.registry.available_models`:
         ``"bsa-tnp"`` is the paper's size, ``"bsa-tnp-tiny"`` a small one) or a
-        configuration.  Its ``dim_x``, ``dim_y`` and ``temporal_bias`` are set from
-        the data and tasks.
+        configuration, trained from a random initialisation; its ``dim_x``,
+        ``dim_y`` and ``temporal_bias`` are set from the data and tasks.  Or a
+        pretrained model to **fine-tune**: its name (:func:`xnp.available_pretrained`,
+        e.g. ``"gp-sphere"``) or a zero-shot model; training then starts from its
+        weights, interpolation tasks are the default, and the fitted model
+        standardises each context by its own statistics, as the pretrained one does
+        (:mod:`xnp.api.finetune`).
     covariates : list of str
         Fixed effects: ``"elevation"``, ``"hour_of_day"``, ``"solar_time"``,
         ``"day_of_year"`` or names of variables/coordinates of ``data``.
     tasks : SpatialTasks, ForecastTasks or WindowTasks, optional
         What to learn; default :func:`default_tasks`.
     steps : int, optional
-        Number of optimisation steps (default 2000; with ``time_budget``, the most
-        it may make, default unlimited).
+        Number of optimisation steps (default 2000, 500 when fine-tuning; with
+        ``time_budget``, the most it may make, default unlimited).
     batch_size : int
         Tasks per step (split over the devices).
-    learning_rate : float
-        Peak learning rate of the warm-up + cosine schedule (AdamW).
+    learning_rate : float, optional
+        Peak learning rate of the warm-up + cosine schedule (AdamW); default 5e-4,
+        or 1e-4 when fine-tuning.
     validation : float, times, Dataset or None
         Fraction of the time axis held out at its end for validation (data with
         time); times of ``data`` to hold out (anything ``data.sel(time=...)``
@@ -195,8 +213,11 @@ def fit(
     if variable is None:
         raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
     budget = None if time_budget is None else parse_seconds(time_budget)
+    base = as_pretrained(model)  # a pretrained model to fine-tune, or None
     if steps is None:
-        steps = 2_000 if budget is None else _UNLIMITED_STEPS
+        steps = _UNLIMITED_STEPS if budget is not None else FINE_TUNE_STEPS if base else 2_000
+    if learning_rate is None:
+        learning_rate = FINE_TUNE_LEARNING_RATE if base is not None else 5e-4
     for name, count in (("steps", steps), ("batch_size", batch_size)):
         if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
@@ -254,7 +275,12 @@ def fit(
             )
         else:
             fraction = float(validation)
-    task = tasks if tasks is not None else default_tasks(data, variables[0], fraction or 0.1)
+    if tasks is not None:
+        task = tasks
+    elif base is not None:  # a pretrained model interpolates
+        task = SpatialTasks(max_context=DEFAULT_MAX_POINTS, max_targets=DEFAULT_MAX_POINTS)
+    else:
+        task = default_tasks(data, variables[0], fraction or 0.1)
     if isinstance(validation, xr.Dataset):  # (for forecasts: targets only)
         warn_shared_times(data, validation, layout, inner_task(task))
     bound_c, bound_t = point_bounds(data, variables[0], task, extra)
@@ -262,10 +288,11 @@ def fit(
     nt = config.target_size or padded_size(bound_t, minimum=16, tile=16)
     task = with_caps(task, nc, nt)
 
+    standardise = "context" if base is not None else "fitted"
     sampler = TaskSampler(
         {MAIN_SOURCE: data, **extra}, variables, task, covariates=covariates,
         target_source=MAIN_SOURCE, batch_size=batch_size, seed=seed, split="train",
-        validation_fraction=fraction,
+        validation_fraction=fraction, standardise=standardise,
     )  # fmt: skip
     n_sources = len(sources)
     val_batches = None
@@ -277,7 +304,7 @@ def fit(
                 batch_size=batch_size, seed=seed + 1,
                 split="train" if val_data is not None else "validation",
                 validation_fraction=fraction, normaliser=sampler.normaliser,
-                baseline=sampler.baseline,
+                baseline=sampler.baseline, standardise=standardise,
             )  # fmt: skip
             val_batches = [
                 fixed_batch(val_sampler.batch(k), nc, nt, n_sources)
@@ -291,10 +318,21 @@ def fit(
 
     temporal = isinstance(inner_task(task), ForecastTasks)
     dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)
-    cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
+    start = None
+    if base is not None:
+        lat, lon = latlon(data, layout)
+        start = pretrained_start(
+            base, variables=variables, n_covariate_channels=dim_x, temporal=temporal,
+            n_sources=n_sources, lat=lat, lon=lon,
+        )  # fmt: skip
+        cfg = start.config
+    else:
+        cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
     if isinstance(model, str) and isinstance(cfg, SwinTNPConfig):
         cfg = swin_grid_for(cfg, *latlon(data, layout))
     graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
+    if start is not None:  # the pretrained weights (with zero covariate channels)
+        params = jax.tree.map(lambda _, p: jax.numpy.asarray(p), params, start.params)
     run = {
         "model": config_to_dict(cfg), "variables": variables, "covariates": covariates,
         "task": task_to_dict(task), "steps": int(steps), "batch_size": int(batch_size),
@@ -303,6 +341,7 @@ def fit(
             "dataset" if isinstance(validation, xr.Dataset) else "times"),
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
         "context_size": nc, "target_size": nt, "sources": sources, "time_budget_s": budget,
+        "fine_tuned_from": None if start is None else start.record,
     }  # fmt: skip
     run["data"] = fingerprint(data, layout, variables, sampler.normaliser)
     if val_data is not None:
@@ -333,6 +372,10 @@ def fit(
     coords = {k: v for k, v in dataclasses.asdict(layout).items() if k not in ("crs",)}
     coords = json.loads(json.dumps(coords))
 
+    # a fine-tuned model keeps the pretrained one's distance limit (rescaled)
+    carried = {} if start is None else {
+        k: start.training[k] for k in ("max_distance_km",) if k in start.training}  # fmt: skip
+
     def make_model(s: TrainState, final: bool) -> NeuralProcess:
         use_best = final and s.best_params is not None
         return NeuralProcess(
@@ -345,8 +388,11 @@ def fit(
             coords=coords,
             task=task,
             history=history_dataset(s.history, variables, units),
-            training=run | {"step": s.step, "best_step": s.best_step if use_best else None},
+            training=run
+            | carried
+            | {"step": s.step, "best_step": s.best_step if use_best else None},
             baseline=sampler.baseline,
+            normalise=standardise,
         )
 
     def save_checkpoint(s: TrainState) -> None:

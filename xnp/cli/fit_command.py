@@ -85,12 +85,18 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         tasks = forecast_tasks(args, data, variables[0], validation)
     from xnp.api.fit import fit  # (here: a wrong --out is refused without loading JAX)
 
+    model_spec: Any = args.model
+    if args.start is not None:
+        from xnp.shipped import resolve_model
+
+        model_spec = resolve_model(args.start)
     model = fit(
-        data, variables, model=args.model, covariates=args.covariates, tasks=tasks,
+        data, variables, model=model_spec, covariates=args.covariates, tasks=tasks,
         steps=args.steps, time_budget=args.time_budget, batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
-        resume=args.resume, progress=args.progress, config=train_config(args.steps or 2000),
+        resume=args.resume, progress=args.progress,
+        config=train_config(args.steps or (500 if args.start else 2000)),
         context_sources=open_sources(args, files),
     )  # fmt: skip
     path = model.save(out)

@@ -210,6 +210,13 @@ def _add_fit(subs: Any) -> None:
         help=f"architecture: {', '.join(available_models())} (default: %(default)s)",
     )
     p.add_argument(
+        "--from",
+        dest="start",
+        metavar="MODEL",
+        help="fine-tune a pretrained model (its name, e.g. gp-sphere, or a saved zero-shot "
+        "model directory) instead of training --model from scratch (default: 500 steps)",
+    )
+    p.add_argument(
         "--tasks",
         choices=("spatial", "auto", "forecast"),
         default="spatial",
@@ -277,8 +284,9 @@ def _add_fit(subs: Any) -> None:
         "--learning-rate",
         type=positive_float,
         metavar="LR",
-        default=5e-4,
-        help="peak learning rate of the warm-up + cosine schedule (default: %(default)s)",
+        default=None,
+        help="peak learning rate of the warm-up + cosine schedule (default: 5e-4, 1e-4 "
+        "with --from)",
     )
     p.add_argument(
         "--validation",

@@ -163,6 +163,20 @@ def _make_source(
     )
 
 
+def _by_context(context: TaskPoints, targets: TaskPoints) -> tuple[TaskPoints | None, TaskPoints]:
+    """Context and targets standardised by the context values' mean and std.
+
+    None for a context whose values do not vary (nothing to scale by).
+    """
+    with np.errstate(invalid="ignore"):
+        mean = np.nanmean(context.f, axis=0)
+        std = np.nanstd(context.f, axis=0)
+    if not (np.isfinite(std).all() and (std > 0).all()):
+        return None, targets
+    scale = lambda p: dataclasses.replace(p, f=((p.f - mean) / std).astype(p.f.dtype))  # noqa: E731
+    return scale(context), scale(targets)
+
+
 class TaskSampler:
     """A seeded, reproducible, iterable stream of padded training batches.
 
@@ -205,6 +219,11 @@ class TaskSampler:
         Length of the stream (default: endless).
     extra_dims : {"raise", "flatten"}
         Treatment of dimensions other than space and time (see :func:`to_points`).
+    standardise : {"fitted", "context"}
+        ``"fitted"``: values are normalised with :attr:`normaliser`.  ``"context"``:
+        each task's context and target values are then standardised by the mean
+        and standard deviation of its context values, as a zero-shot model sees
+        them (fine-tuning a pretrained model).
     load_budget : int or str, optional
         A dask-backed source whose variables and coordinates take at most this
         much memory (e.g. ``"1GiB"``) is read into memory once, as a new object;
@@ -247,6 +266,7 @@ class TaskSampler:
         buckets: Sequence[int] | None = None,
         num_batches: int | None = None,
         extra_dims: Literal["raise", "flatten"] = "raise",
+        standardise: Literal["fitted", "context"] = "fitted",
         load_budget: int | str | None = "1GiB",
         **names: Any,
     ) -> None:
@@ -270,6 +290,9 @@ class TaskSampler:
                 f"task must be SpatialTasks, ForecastTasks or WindowTasks; got {self.task!r}."
             )
         self.batch_size, self.seed, self.split = batch_size, seed, split
+        if standardise not in ("fitted", "context"):
+            raise ConfigError(f"standardise must be 'fitted' or 'context'; got {standardise!r}.")
+        self.standardise = standardise
         self.buckets = None if buckets is None else tuple(sorted(buckets))
         self.num_batches = num_batches
         covariates = covariate_names(covariates)
@@ -465,7 +488,12 @@ class TaskSampler:
             target_points = dataclasses.replace(
                 target_points, f=change.astype(target_points.f.dtype)
             )
-        return Task(TaskPoints.concat(parts), target_points, reference)
+        context_points = TaskPoints.concat(parts)
+        if self.standardise == "context":  # as a zero-shot model sees each context
+            context_points, target_points = _by_context(context_points, target_points)
+            if context_points is None:
+                return None
+        return Task(context_points, target_points, reference)
 
     def tasks(self, k: int) -> list[Task]:
         """Draw the (unpadded) tasks of batch ``k``; they depend only on ``(seed, k)``."""

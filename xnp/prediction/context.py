@@ -230,7 +230,9 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
                 )
             attrs = data[v].attrs
             stats[v] = Stats(float(f.mean()), std, attrs.get("units"), attrs.get("long_name"))
-        model = _at_working_size(model.with_normaliser(Normaliser(stats), variables), ps.s)
+        # (covariate statistics of a fine-tuned model are kept; the values' are the context's)
+        normaliser = Normaliser({**model.normaliser.stats, **stats})
+        model = _at_working_size(model.with_normaliser(normaliser, variables), ps.s)
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}

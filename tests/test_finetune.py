@@ -1,0 +1,107 @@
+"""Fine-tuning from a pretrained model (issue 28, item 1)."""
+
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+from strategies import grid_dataset
+
+import xnp
+from xnp.cli import main
+from xnp.data import ForecastTasks
+from xnp.data.sampler import TaskSampler
+from xnp.errors import ConfigError
+from xnp.train import TrainConfig
+
+CONFIG = TrainConfig(log_every=1, validate_every=1, validation_batches=1, checkpoint_every=1)
+#: A learning rate that moves no float32 parameter: the model after one step is the start.
+FROZEN = {"steps": 1, "learning_rate": 1e-30, "batch_size": 2, "progress": False,
+          "config": CONFIG, "validation": None}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def field():
+    return xnp.datasets.gp_sphere(n_lat=10, n_lon=12, n_time=3, seed=2)
+
+
+def frame_prediction(model, frame):
+    return xnp.predict(model, frame[["field"]], frame[["field"]].drop_vars("field"))
+
+
+@pytest.mark.parametrize("covariates", [[], ["hour_of_day"]])
+def test_at_step_zero_it_predicts_what_the_pretrained_model_predicts(field, covariates):
+    tuned = field.np.fit("field", model="gp-sphere", covariates=covariates, **FROZEN)
+    assert tuned.normalise == "context"
+    assert tuned.training["fine_tuned_from"]["from"] == "gp-sphere"
+    # new channels (hour of day: its sine and cosine), whose weights start at zero
+    assert tuned.config.dim_x == 2 * len(covariates)
+    frame = field.isel(time=1)  # the full network: the scale fine-tuning fixed
+    a = frame_prediction(xnp.pretrained("gp-sphere"), frame)
+    b = frame_prediction(tuned, frame)
+    np.testing.assert_allclose(b.field_mean, a.field_mean, atol=1e-5)
+    np.testing.assert_allclose(b.field_std, a.field_std, atol=1e-5)
+    assert "fine-tuned from gp-sphere" in repr(tuned)
+
+
+def test_fine_tuning_defaults_and_a_model_object(field):
+    base = xnp.pretrained("gp-sphere")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuned = field.np.fit("field", model=base, steps=2, batch_size=2, progress=False,
+                             validation=None, config=TrainConfig(log_every=1))  # fmt: skip
+    assert tuned.training["learning_rate"] == 1e-4
+    assert tuned.task.max_context == 1024  # interpolation tasks by default
+    assert np.isfinite(frame_prediction(tuned, field.isel(time=2)).field_mean).all()
+
+
+def test_the_sampler_standardises_by_the_context(field):
+    sampler = TaskSampler(field, "field", standardise="context", batch_size=3, seed=1)
+    for task in sampler.tasks(0):
+        np.testing.assert_allclose(task.context.f.mean(), 0.0, atol=1e-5)
+        np.testing.assert_allclose(task.context.f.std(), 1.0, atol=1e-5)
+    with pytest.raises(ConfigError, match="standardise"):
+        TaskSampler(field, "field", standardise="global")
+
+
+def test_what_cannot_map_is_a_clear_error(field):
+    two = field.assign(other=field.field * 2)
+    with pytest.raises(ConfigError, match="one model per variable"):
+        two.np.fit(["field", "other"], model="gp-sphere", **FROZEN)
+    with pytest.raises(ConfigError, match="no temporal attention"):
+        field.np.fit("field", model="gp-sphere", tasks=ForecastTasks(frames=1), **FROZEN)
+    with pytest.raises(ConfigError, match="context sources"):
+        field.np.fit("field", model="gp-sphere", context_sources={"more": field}, **FROZEN)
+    fitted = field.np.fit("field", model="bsa-tnp-tiny", **FROZEN)
+    with pytest.raises(ConfigError, match="zero-shot"):
+        field.np.fit("field", model=fitted, **FROZEN)
+
+
+def test_projected_data_map_through_their_grid_mapping():
+    ds = grid_dataset(nt=2, ny=6, nx=7)  # lat/lon ...
+    import pyproj
+
+    crs = pyproj.CRS.from_epsg(27700)
+    to_xy = pyproj.Transformer.from_crs(4326, crs, always_xy=True)
+    x, _ = to_xy.transform(ds.lon.values, np.full(ds.lon.size, 52.0))
+    _, y = to_xy.transform(np.full(ds.lat.size, -1.0), ds.lat.values)
+    projected = xr.Dataset(
+        {"t2m": (("time", "y", "x"), ds.t2m.values, {"units": "K", "grid_mapping": "crs"})},
+        coords={"time": ds.time, "x": ("x", x, {"standard_name": "projection_x_coordinate",
+                                               "units": "m"}),
+                "y": ("y", y, {"standard_name": "projection_y_coordinate", "units": "m"})},
+    ).assign(crs=xr.DataArray(0, attrs=crs.to_cf()))  # fmt: skip
+    tuned = projected.np.fit("t2m", model="gp-sphere", **FROZEN)
+    out = xnp.predict(tuned, projected.isel(time=0))
+    assert np.isfinite(out.t2m_mean).all()
+
+
+def test_cli_fine_tunes_from_a_name(capsys, tmp_path, field):
+    field.to_netcdf(tmp_path / "field.nc")
+    status = main(["fit", str(tmp_path / "field.nc"), "field", "--from", "gp-sphere",
+                   "--out", str(tmp_path / "m"), "--steps", "1", "--batch-size", "2",
+                   "--validation", "0", "--no-progress", "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    model = xnp.load(tmp_path / "m")
+    assert model.training["fine_tuned_from"]["from"] == "gp-sphere"
+    assert model.normalise == "context"

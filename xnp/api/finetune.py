@@ -1,0 +1,194 @@
+"""Fine-tuning: a fit that starts from a pretrained model's weights.
+
+``fit(data, "t2m", model="gp-sphere")`` (or ``model=xnp.pretrained(...)``, or any
+zero-shot :class:`~xnp.NeuralProcess`) starts from the model's parameters instead of
+a random initialisation.  What carries over, and how:
+
+* **Normalisation.**  A zero-shot model standardises each context set by its own
+  mean and standard deviation.  The fine-tuned model keeps that rule: in training
+  each task's context and targets are standardised by the context's statistics
+  (:class:`~xnp.data.TaskSampler`'s ``standardise="context"``), and at prediction
+  each context is, as for the pretrained model.  So at step 0 it predicts what the
+  pretrained model predicts, and it stays usable on contexts of any level or
+  spread (another month, another region).
+* **Distance scale.**  A zero-shot model rescales the distances of each context
+  to its working size (``training["context_rms_km"]``).  Fine-tuning fixes the
+  scale once, that of the training data's whole network of places, and bakes it
+  into the weights (:meth:`~xnp.NeuralProcess.with_distance_scale`); the
+  fine-tuned model then reads distances as they are, the scale it learned on.
+* **Covariates.**  New covariates (elevation, hour of day, any variable) enter
+  the point encoder as extra input channels whose weights start at zero, so step
+  0 is unchanged.
+
+What cannot map onto the pretrained network raises
+:class:`~xnp.errors.ConfigError` with what to do instead: several variables (the
+pretrained models predict one), forecast tasks into a model without temporal
+attention, and extra context sources.  Projected x/y data map: their CF grid
+mapping gives every point a latitude and longitude, which the pretrained model's
+great-circle distances take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from xnp.data.normalise import is_zero_shot
+from xnp.data.trend import rms_spread
+from xnp.errors import ConfigError
+from xnp.geo.distance import EARTH_RADIUS_KM
+from xnp.geo.sphere import unit_vectors
+from xnp.neural_process import NeuralProcess
+from xnp.shipped import available_pretrained, pretrained
+
+__all__ = [
+    "FINE_TUNE_LEARNING_RATE",
+    "FINE_TUNE_STEPS",
+    "Start",
+    "as_pretrained",
+    "pretrained_start",
+]
+
+#: Defaults of a fine-tuning fit: a tenth of the from-scratch peak learning rate,
+#: and fewer steps (the network already knows what fields look like).
+FINE_TUNE_LEARNING_RATE = 1e-4
+FINE_TUNE_STEPS = 500
+
+#: Bounds of the fixed distance scale (as for zero-shot prediction).
+_SCALE_BOUNDS = (1.0 / 16.0, 16.0)
+
+
+class Start:
+    """A pretrained model adapted to the data: configuration, parameters, record.
+
+    Attributes
+    ----------
+    config, params
+        The configuration (``dim_x`` set for the covariates) and its parameters.
+    training : dict
+        The pretrained model's training record, with the distance limit rescaled
+        and without ``context_rms_km`` (the scale is now in the weights).
+    record : dict
+        What the fit's run record says of the start (name, scale, checksum).
+    """
+
+    def __init__(self, config: Any, params: Any, training: dict, record: dict) -> None:
+        self.config, self.params, self.training, self.record = config, params, training, record
+
+
+def as_pretrained(model: Any) -> NeuralProcess | None:
+    """The zero-shot model ``model`` names (a shipped name or a model), else None."""
+    if isinstance(model, NeuralProcess):
+        if not is_zero_shot(model):
+            raise ConfigError(
+                "fit(model=<NeuralProcess>) fine-tunes a zero-shot (pretrained) model; this "
+                "one was fitted on its own data (normalise='fitted'). To go on training it, "
+                "use fit(..., checkpoint_dir=..., resume=True) on its run, or start from a "
+                "pretrained model (xnp.available_pretrained())."
+            )
+        return model
+    if isinstance(model, str) and model.lower() in {n.lower() for n in available_pretrained()}:
+        return pretrained(model)
+    return None
+
+
+def pretrained_start(
+    base: NeuralProcess,
+    *,
+    variables: Sequence[str],
+    n_covariate_channels: int,
+    temporal: bool,
+    n_sources: int,
+    lat: np.ndarray,
+    lon: np.ndarray,
+) -> Start:
+    """``base`` adapted to the data: checked, covariate channels added, scale baked in."""
+    cfg = base.config
+    if len(variables) != getattr(cfg, "dim_y", 1):
+        raise ConfigError(
+            f"the pretrained model predicts {cfg.dim_y} variable(s); fine-tuning it on "
+            f"{list(variables)} cannot map them onto its outputs. Fine-tune one model per "
+            "variable, or fit a model from scratch (model='bsa-tnp') for several."
+        )
+    if temporal and not getattr(cfg, "temporal_bias", False):
+        raise ConfigError(
+            "this pretrained model has no temporal attention, so it cannot be fine-tuned on "
+            "forecast tasks; fine-tune it on SpatialTasks() (interpolation), or fit a "
+            "forecaster from scratch (model='bsa-tnp')."
+        )
+    if n_sources > 1:
+        raise ConfigError(
+            "fine-tuning takes the observations of one dataset; merge the context sources "
+            "into it, or fit from scratch to weigh them apart."
+        )
+    if cfg.dim_x:
+        raise ConfigError(
+            f"this pretrained model already takes {cfg.dim_x} covariate channel(s); xnp's "
+            "shipped models take none, and only those are fine-tuned."
+        )
+    factor = _network_scale(base, lat, lon)
+    model = base.with_distance_scale(factor) if factor != 1.0 else base
+    params = model.params_
+    new_cfg = cfg
+    if n_covariate_channels:
+        new_cfg = cfg.replace(dim_x=n_covariate_channels)
+        params = _with_zero_channels(params, cfg.dim_obs_embed, n_covariate_channels)
+    training = {k: v for k, v in model.training.items() if k != "context_rms_km"}
+    digest = _digest(base.params_)
+    record = {"from": _name_of(base), "distance_scale": factor, "params_digest": digest}
+    return Start(new_cfg, params, training, record)
+
+
+def _name_of(model: NeuralProcess) -> str:
+    """The shipped name of ``model`` (its parameters match), else ``"model"``."""
+    digest = _digest(model.params_)
+    for name in available_pretrained():
+        if _digest(pretrained(name).params_) == digest:
+            return name
+    return "model"
+
+
+def _digest(params: Any) -> str:
+    """A short checksum of parameters (which start a fine-tuning run)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        h.update(np.asarray(leaf).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _network_scale(model: NeuralProcess, lat: np.ndarray, lon: np.ndarray) -> float:
+    """The working-size factor of the data's whole network of places (1 without one)."""
+    size = (model.training or {}).get("context_rms_km")
+    if not size:
+        return 1.0
+    lat, lon = np.ravel(lat), np.ravel(lon)
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    if ok.sum() < 2:
+        return 1.0
+    rms = EARTH_RADIUS_KM * rms_spread(unit_vectors(np.stack([lat[ok], lon[ok]], -1)))
+    if not rms > 0:
+        return 1.0
+    return float(np.clip(rms / float(size), *_SCALE_BOUNDS))
+
+
+def _with_zero_channels(params: Any, offset: int, count: int) -> Any:
+    """The point encoder's first layer with ``count`` zero input rows at ``offset``.
+
+    The new rows are the weights of the covariate channels (after the observed flag's
+    embedding), so they contribute nothing until training moves them.
+    """
+
+    def widen(path: tuple, leaf: Any) -> Any:
+        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+        if names[:3] == ["embed", "layers", "0"] and "kernel" in names:
+            value = np.asarray(leaf)
+            zeros = np.zeros((count, value.shape[1]), value.dtype)
+            return jax.numpy.asarray(np.concatenate([value[:offset], zeros, value[offset:]]))
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(widen, params)
