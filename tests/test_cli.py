@@ -104,8 +104,20 @@ def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
     assert "time" in pred.coords  # the held-out time the context was taken from
     with open(paths["plot"], "rb") as fh:
         assert fh.read(8) == PNG
-    assert "xnp: fitting bsa-tnp-tiny for 2 steps" in err
+    assert "xnp: fine-tuning the pretrained 'gp-sphere' model for 2 steps" in err
     assert "held-out field: RMSE" in err
+    assert "the pretrained gp-sphere model zero-shot: RMSE" in err
+    assert "fine-tuning changed the held-out RMSE by" in err
+    assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == "gp-sphere"
+
+
+def test_demo_from_scratch(capsys, tmp_path):
+    status, _, err = run(capsys, "demo", "--out", tmp_path / "demo", "--steps", "2",
+                         "--resolution", "30", "--context-points", "40", "--from-scratch",
+                         "--no-progress", "--format", "netcdf")  # fmt: skip
+    assert status == 0, err
+    assert "xnp: fitting bsa-tnp-tiny from scratch for 2 steps" in err
+    assert "fine-tuning" not in err
 
 
 def test_demo_with_the_pretrained_model_fits_nothing(capsys, tmp_path):

@@ -522,31 +522,43 @@ def main() -> None:
     write = not (args.no_write or args.quick)
     image = IMAGE if write else Path(tempfile.gettempdir()) / IMAGE.name
     plot_pit(for_plot, truth, image)
+    curves = image.with_name("era5_forecast_curves.png")
+    plot_curves(trained, curves)
     fits = training_table(trained)
     print(fits)
     model = next(iter(trained.values()))
     cap = CASES["100 %"][1]
     n_cells = era5.sizes["latitude"] * era5.sizes["longitude"]
     text = (
-        "## ERA5 6-hour forecast: xnp against persistence (issue 7)\n\n"
-        f"`{COMMAND}`: about {fit_min + eval_min:.0f} min, the two fits ({fit_min:.0f} min; "
+        "## ERA5 6-hour forecast: xnp against persistence, regression, ConvNP (issues 7, 27)\n\n"
+        f"`{COMMAND}`: about {fit_min + eval_min:.0f} min, the fits ({fit_min:.0f} min; "
         f"cached in `~/.cache/xnp/{CACHE.name}`, so reruns skip them) and {eval_min:.0f} min "
         "of evaluation. `--quick` runs a few-minute check.\n\n"
-        f"Machine: {machine()}; a shared machine, other jobs ran at the same time, so the "
-        "times are indicative only.\n\n"
+        f"Machine: {machine()}; one benchmark at a time, but the machine is shared, so "
+        "the times are indicative only.\n\n"
         "Forecast of the full 33 × 49 ERA5 UK 2 m temperature frame 6 h ahead from 4 "
         "context frames 6 h apart, with all cells (100 %) or a random 10 % of each context "
         f"frame's cells observed (the truth is always the full frame). {inits.size} forecasts "
-        "initialised every 3 h, valid from day 19 00:00 to day 21 21:00; scores per "
-        "forecast, mean ± sd over the forecasts; time per forecast after a warm-up (no "
-        "compilation).\n\n"
-        f"xnp: one BSA-TNP per case ({count_params(model.module):,} parameters; temporal "
+        "initialised every 3 h, valid from day 19 00:00 to day 21 21:00 (the test days, "
+        "used for nothing else); scores per forecast, mean ± sd over the forecasts; time "
+        "per forecast after a warm-up (no compilation).\n\n"
+        f"xnp, per case: (1) a BSA-TNP ({count_params(model.module):,} parameters; temporal "
         f"attention bias; spatial bias length scale {SPATIAL_SCALE_KM:.0f} km; `hour_of_day` "
-        "covariate), fitted with `ForecastTasks(frames=4, step=6, lead=6, "
-        "context_fraction=0.1 or 1)` on days 1–16 and validated on forecasts valid on days "
-        f"17–18 (fit times include the validation passes). In training the 100 % model sees "
-        f"a random {cap:,} of the {FRAMES * n_cells:,} context points of each task (CPU "
-        "budget); at test it conditions on all of them.\n\n"
+        f"covariate) fitted for {steps} steps on the field itself, as in issue 7; (2) the same "
+        f"network predicting the change from `{BASELINE}` (`ForecastTasks(..., "
+        f"baseline='{BASELINE}')`), trained for ConvNP's wall-clock budget of the case "
+        f"(`time_budget=`: {BUDGET_MIN['10 %']} / {BUDGET_MIN['100 %']} min); (3) a Swin-TNP "
+        "(3 Swin layers of width 64 on a pseudo-token grid over the domain) predicting the "
+        "same change for the same budget, on every context point of each task and "
+        f"{SWIN_TARGETS:,} targets. All fitted with `ForecastTasks(frames=4, step=6, "
+        "lead=6, context_fraction=0.1 or 1)` on days 1–16 and validated on forecasts valid "
+        "on days 17–18, keeping the best validated weights (fit times include the "
+        f"validation passes). In training the BSA-TNPs see a random {cap:,} of the "
+        f"{FRAMES * n_cells:,} context points of each task at 100 % (CPU budget); at test "
+        "every model conditions on all of them. Nothing was tuned on the test days: the "
+        "baseline, the budget (ConvNP's) and the model sizes were set before any run, the "
+        "Swin-TNP's learning rate (1e-3) too; the validation days choose only the kept "
+        "weights.\n\n"
         + fits
         + "\n\nBaselines. *Persistence*: `xnp.baselines.Persistence` (the last observation "
         "of the nearest observed cell; std from the RMS change over the same lag in the "
@@ -557,9 +569,18 @@ def main() -> None:
         "frame). *Persistence + mean diurnal change* (implemented in the script): the "
         "initial value (10 %: of the nearest observed cell) plus the training-days mean of "
         "t2m(h + 6) − t2m(h) for the cell and initialisation hour h, std the RMS of its own "
-        "errors on the training days per cell and hour (with simulated 10 % masks).\n\n"
+        "errors on the training days per cell and hour (with simulated 10 % masks). "
+        "*Autoregressive* (issue 27; implemented in the script): per initialisation hour, "
+        "least squares over the training days and cells of the 6-h change on [1, the "
+        "three lagged changes v(h−18) − v(h), v(h−12) − v(h), v(h−6) − v(h), the mean "
+        "diurnal change], v the frame (10 %: filled from each frame's nearest observed "
+        "cell under simulated masks); std the RMS of its training-day errors per hour and "
+        "cell. *DeepSensor ConvNP* †: quoted from the `era5_forecast_deepsensor` section "
+        "(same forecasts, inputs and scores; it runs in its own environment, which this "
+        "run did not have).\n\n"
         + text_table
         + f"\n\n![PIT histograms and reliability of the forecasts](images/{IMAGE.name})\n\n"
+        + f"![Learning curves of the budgeted models](images/{curves.name})\n\n"
         + summary(rows, trained)
         + "\n"
     )
@@ -569,6 +590,31 @@ def main() -> None:
         print(f"wrote the era5_forecast section of docs/benchmarks.md and {image}")
     else:
         print(f"not written (--quick or --no-write); the figure is in {image}")
+
+
+def plot_curves(trained: dict[str, xnp.NeuralProcess], path: Path) -> None:
+    """Validation NLL against training minutes of the budgeted models (the learning curves).
+
+    Minutes are the step times the fraction of the fit's training loop per step (the
+    history records steps; the loop's seconds are spread evenly over them).
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.0), layout="constrained")
+    ax = fig.subplots()
+    for name, model in trained.items():
+        run = model.training
+        if not run.get("time_budget_s"):
+            continue
+        history = model.history_.dropna("step", subset=["val_nll"])
+        minutes = history.step.values * run["train_seconds"] / run["step"] / 60.0
+        ax.plot(minutes, history.val_nll.values, marker=".", label=name.split(" (")[0])
+    ax.set_xlabel("training time (min, 2 CPU cores)")
+    ax.set_ylabel("validation NLL (model units)")
+    ax.set_title("ERA5 6-h forecasts: learning curves within the budget")
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
 
 
 def plot_pit(for_plot: dict[str, dict[str, xr.Dataset]], truth: xr.Dataset, path: Path) -> None:

@@ -19,7 +19,15 @@ import numpy as np
 import xarray as xr
 
 from xnp.cli.checks import check_model_out, check_variables, time_dim
-from xnp.cli.defaults import DEMO_MAX_POINTS, DEMO_MODEL
+from xnp.cli.defaults import (
+    DEMO_FINE_TUNE_LEARNING_RATE,
+    DEMO_FINE_TUNE_STEPS,
+    DEMO_LEARNING_RATE,
+    DEMO_MAX_POINTS,
+    DEMO_MODEL,
+    DEMO_START,
+    DEMO_STEPS,
+)
 from xnp.cli.fit_command import train_config
 from xnp.data.normalise import is_zero_shot
 from xnp.errors import UsageError, VariableNotFoundError
@@ -90,8 +98,10 @@ def _sample_context(frame: xr.Dataset, variable: str, n: int, seed: int) -> xr.D
     return xr.Dataset({variable: values}, coords=coords)
 
 
-def _held_out_scores(model: Any, context: xr.Dataset, frame: xr.Dataset, variable: str) -> str:
-    """RMSE, spread and 95 % coverage of the prediction at every point of ``frame``."""
+def _held_out_scores(
+    model: Any, context: xr.Dataset, frame: xr.Dataset, variable: str
+) -> tuple[float, str]:
+    """RMSE, and a line of RMSE, spread and 95 % coverage, at every point of ``frame``."""
     from xnp.api.predict import predict
 
     pred = predict(model, context, frame[[variable]])
@@ -104,7 +114,7 @@ def _held_out_scores(model: Any, context: xr.Dataset, frame: xr.Dataset, variabl
     scale = float(np.nanstd(frame[variable].values))
     units = frame[variable].attrs.get("units")
     u = f" {units}" if units else ""
-    return (
+    return rmse, (
         f"RMSE {rmse:.3g}{u} (field std {scale:.3g}{u}), mean predictive std {spread:.3g}{u}, "
         f"95% interval coverage {coverage:.2f} at {int(ok.sum())} points"
     )
@@ -122,7 +132,7 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     from xnp.api.predict import predict
     from xnp.data.tasks import SpatialTasks
     from xnp.datasets import gp_sphere
-    from xnp.shipped import resolve_model
+    from xnp.shipped import pretrained, resolve_model
 
     start = time.perf_counter()
     out = Path(args.out).expanduser()
@@ -145,7 +155,8 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         data = files.enter_context(open_data(args.data))
         variable = args.variable
         check_variables(data, [variable], "data")
-    elif args.pretrained is not None or (given is not None and is_zero_shot(given)):
+    elif (args.pretrained is not None or (given is not None and is_zero_shot(given))
+          or (given is None and not args.from_scratch)):  # fmt: skip
         # a zero-shot model was trained on regional fields (caps of at most 4000 km):
         # a continental region, not the globe, is where it is meant to work
         region = {"lat_range": (30.0, 60.0), "lon_range": (-30.0, 30.0)}
@@ -162,8 +173,6 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     # the last time is held out of training (validation period) and used as the context
     frame = data.isel({tdim: -1}) if tdim is not None else data
     if args.pretrained is not None:
-        from xnp.shipped import pretrained
-
         model = pretrained(args.pretrained)  # zero-shot: no fitting, works offline
         log.info("using the pretrained %r model zero-shot (no fitting)", args.pretrained)
         model_path = model.save(out / "model")
@@ -177,13 +186,24 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         if not model_path.exists():  # a pretrained model's name: save it, as --pretrained does
             model_path = model.save(out / "model")
     else:
-        log.info("fitting %s for %d steps", DEMO_MODEL, args.steps)
-        tasks = SpatialTasks(max_context=DEMO_MAX_POINTS, max_targets=DEMO_MAX_POINTS)
+        start_from = None if args.from_scratch else pretrained(DEMO_START)
+        steps = args.steps or (DEMO_STEPS if start_from is None else DEMO_FINE_TUNE_STEPS)
+        rate = args.learning_rate or (
+            DEMO_LEARNING_RATE if start_from is None else DEMO_FINE_TUNE_LEARNING_RATE
+        )
+        if start_from is None:
+            log.info("fitting %s from scratch for %d steps", DEMO_MODEL, steps)
+            tasks = SpatialTasks(max_context=DEMO_MAX_POINTS, max_targets=DEMO_MAX_POINTS)
+        else:
+            log.info("fine-tuning the pretrained %r model for %d steps", DEMO_START, steps)
+            # contexts of the pretraining's sizes, as many targets as the scratch demo
+            tasks = SpatialTasks(context_count=(16, 256), max_context=256,
+                                 max_targets=DEMO_MAX_POINTS)  # fmt: skip
         # one device: sharding a model this small over several would only add overhead
-        config = train_config(args.steps, validation_batches=2, devices=1)
+        config = train_config(steps, validation_batches=2, devices=1)
         model = fit(
-            data, variable, model=DEMO_MODEL, tasks=tasks, steps=args.steps, batch_size=8,
-            learning_rate=args.learning_rate, validation=0.1 if tdim is not None else None,
+            data, variable, model=start_from or DEMO_MODEL, tasks=tasks, steps=steps,
+            batch_size=8, learning_rate=rate, validation=0.1 if tdim is not None else None,
             seed=args.seed, progress=args.progress, config=config,
         )  # fmt: skip
         model_path = model.save(out / "model")
@@ -200,7 +220,15 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
              pred[f"{variable}_mean"].data.npartitions)  # fmt: skip
     write_dataset(pred, pred_path, fmt=fmt, overwrite=True, progress=args.progress)
     if tdim is not None:
-        log.info("held-out field: %s", _held_out_scores(model, context, frame, variable))
+        rmse, line = _held_out_scores(model, context, frame, variable)
+        log.info("held-out field: %s", line)
+        start_from = (model.training or {}).get("fine_tuned_from")
+        if start_from:  # what fine-tuning gained over the pretrained model, zero-shot
+            before, line = _held_out_scores(pretrained(start_from["from"]), context, frame,
+                                            variable)  # fmt: skip
+            log.info("the pretrained %s model zero-shot: %s", start_from["from"], line)
+            log.info("fine-tuning changed the held-out RMSE by %+.1f %% (%.3g -> %.3g)",
+                     100.0 * (rmse - before) / before, before, rmse)  # fmt: skip
 
     png_path: Path | None = out / "prediction.png"
     try:

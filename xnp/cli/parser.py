@@ -14,7 +14,14 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from xnp.cli.defaults import DEMO_LEARNING_RATE, DEMO_STEPS
+from xnp.cli.defaults import (
+    DEMO_FINE_TUNE_LEARNING_RATE,
+    DEMO_FINE_TUNE_STEPS,
+    DEMO_LEARNING_RATE,
+    DEMO_MODEL,
+    DEMO_START,
+    DEMO_STEPS,
+)
 from xnp.cli.options import (
     parse_chunks,
     parse_duration,
@@ -125,18 +132,26 @@ def _add_demo(subs: Any) -> None:
         "(e.g. gp-sphere; see xnp.available_pretrained())",
     )
     p.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help=f"train {DEMO_MODEL} from a random initialisation instead of fine-tuning "
+        f"the pretrained {DEMO_START} model",
+    )
+    p.add_argument(
         "--steps",
         type=positive_int,
         metavar="N",
-        default=DEMO_STEPS,
-        help="training steps (default: %(default)s; a few for a smoke test)",
+        default=None,
+        help=f"training steps (default: {DEMO_FINE_TUNE_STEPS} fine-tuning, {DEMO_STEPS} "
+        "from scratch; a few for a smoke test)",
     )
     p.add_argument(
         "--learning-rate",
         type=positive_float,
         metavar="LR",
-        default=DEMO_LEARNING_RATE,
-        help="peak learning rate (default: %(default)s)",
+        default=None,
+        help=f"peak learning rate (default: {DEMO_FINE_TUNE_LEARNING_RATE:g} fine-tuning, "
+        f"{DEMO_LEARNING_RATE:g} from scratch)",
     )
     p.add_argument(
         "--context-points",
