@@ -37,7 +37,7 @@ class BaselineShift:
     """A forecast's baseline, added to the change a model predicts (its std is kept).
 
     The model predicts ``(value - baseline) / scale`` (the baseline's
-    :attr:`~xnp.data.baseline.ForecastBaseline.scale`), so its mean and std,
+    ``scale``, :class:`~xnp.data.baseline.ForecastBaseline`), so its mean and std,
     denormalised as a field (``mu·std + centre``, ``sigma·std``), become
     ``baseline + mu·scale`` and ``sigma·scale``.
 
