@@ -59,6 +59,7 @@ def batch(model):
 def test_save_load_predict_gives_identical_numbers(model, batch, tmp_path):
     path = model.save(tmp_path / "model")
     assert sorted(p.name for p in path.iterdir()) == [
+        "baseline.safetensors",  # the default forecaster's diurnal climatology
         "config.json",
         "history.json",
         "params.safetensors",

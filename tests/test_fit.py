@@ -56,10 +56,14 @@ def test_fit_learns_the_gp_field(trained):
     z = (held_out - norm.mean) / norm.std
     baseline = float(np.mean(0.5 * z**2 + 0.5 * math.log(2 * math.pi)))
     assert baseline > 1.3
-    assert float(best.val_nll) < baseline - 0.5
+    # a forecaster's NLL is of the change from its baseline, in the baseline's scale:
+    # in the field's normalised units it is larger by log(scale / std)
+    ratio = 1.0 if trained.baseline is None else float(trained.baseline.ratio([norm.std])[0])
+    assert float(best.val_nll) + math.log(ratio) < baseline - 0.5
     assert float(best.val_rmse) < 0.6 * float(ds.field.std())
     assert 0.75 < float(best.val_coverage) < 0.99  # nominal 0.95: neither too narrow nor too wide
-    assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.3
+    # (a forecaster of changes starts near the right scale, so its loss falls less far)
+    assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.15
 
 
 def test_fit_defaults_follow_the_data(trained):

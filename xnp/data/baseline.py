@@ -140,7 +140,8 @@ class ForecastBaseline:
     scale : ndarray ``[Dy]`` or None
         The RMS error of the baseline over the training times, in the variables'
         units: the model predicts the change divided by it, so that its outputs
-        are of order one (None: the variables' own spread, as for the field).
+        are of order one (None, or 0 for a variable the baseline matched exactly:
+        the variable's own spread, as for the field).
     """
 
     kind: str
@@ -168,7 +169,9 @@ class ForecastBaseline:
         """``scale / field_std`` ``[Dy]``: the unit of the model's change in normalised units."""
         if self.scale is None:
             return np.ones(len(self.variables))
-        return np.asarray(self.scale, np.float64) / np.asarray(field_std, np.float64)
+        scale = np.asarray(self.scale, np.float64)
+        ok = np.isfinite(scale) & (scale > 0)
+        return np.where(ok, scale, 1.0) / np.where(ok, np.asarray(field_std, np.float64), 1.0)
 
     @property
     def diurnal(self) -> bool:
@@ -244,12 +247,12 @@ class ForecastBaseline:
                     ok = np.isfinite(error)
                     squares[c] += float(np.sum(error[ok] ** 2))
                     counts[c] += int(ok.sum())
-        scale = np.sqrt(squares / np.maximum(counts, 1))
-        if not (np.isfinite(scale).all() and (scale > 0).all()):
+        if not (counts > 0).all():
             raise EmptyDataError(
-                f"the training data of {list(variables)} never change over the lead "
-                f"({scale.tolist()}): there is no change to learn."
+                f"some of {list(variables)} is never observed at two training times a lead "
+                "apart: there is no change to learn; give training data spanning the lead."
             )
+        scale = np.sqrt(squares / counts)  # 0 where the baseline is exact: see ratio()
         if not diurnal:
             return cls(kind, variables, scale=scale)
         change = _fill(change)
@@ -312,10 +315,8 @@ class ForecastBaseline:
             hours = np.asarray(blob.get("hours", []), np.float64)
             scale = blob.get("scale")
             scale = None if scale is None else np.asarray(scale, np.float64)
-            if scale is not None and (scale.shape != (len(variables),) or not (scale > 0).all()):
-                raise ValueError(
-                    f"scale {blob.get('scale')!r} is not one positive number per variable"
-                )
+            if scale is not None and (scale.shape != (len(variables),) or not (scale >= 0).all()):
+                raise ValueError(f"scale {blob.get('scale')!r} is not one number ≥ 0 per variable")
             if kind != "persistence+diurnal":
                 return cls(kind, variables, scale=scale)
             sites = np.asarray(arrays["sites"], np.float64)

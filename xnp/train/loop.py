@@ -186,6 +186,12 @@ def train(
     began, spent_before = tick, float(state.seconds)
     elapsed = lambda: spent_before + time.perf_counter() - began  # noqa: E731
     done, interrupted, out_of_time = start, False, False
+
+    def snapshot(**more: Any) -> TrainState:
+        """The state now (the loop's current values)."""
+        return TrainState(done, params, opt_state, best, best_step, best_nll, history,
+                          seconds=elapsed(), **more)  # fmt: skip
+
     failures: list[int] = []
     try:
         for k in range(start, steps):
@@ -244,20 +250,7 @@ def train(
                 history[key].append(value)
             bar.set_postfix(nll=f"{train_nll:.3f}", steps_s=f"{speed:.1f}", step=done)
             if on_checkpoint is not None and (done % config.checkpoint_every == 0 or last):
-                _checkpoint(
-                    on_checkpoint,
-                    TrainState(
-                        done,
-                        params,
-                        opt_state,
-                        best,
-                        best_step,
-                        best_nll,
-                        history,
-                        seconds=elapsed(),
-                    ),
-                    failures,
-                )
+                _checkpoint(on_checkpoint, snapshot(), failures)
                 tick = time.perf_counter()
             if out_of_time:
                 log.info("time budget of %.0f s reached after %d steps", time_budget, done)
@@ -270,24 +263,12 @@ def train(
     if interrupted:
         pending = tuple(float(x) for x in losses)
         return _interrupted(
-            TrainState(
-                done,
-                params,
-                opt_state,
-                best,
-                best_step,
-                best_nll,
-                history,
-                True,
-                pending,
-                seconds=elapsed(),
-            ),
+            snapshot(interrupted=True, pending_losses=pending),
             steps,
             on_checkpoint,
             failures,
         )
-    return TrainState(done, params, opt_state, best, best_step, best_nll, history,
-                      seconds=elapsed(), out_of_time=out_of_time)  # fmt: skip
+    return snapshot(out_of_time=out_of_time)
 
 
 def _diverged(step: int, loss: float, learning_rate: float, start: int) -> ConfigError:
