@@ -111,6 +111,7 @@ def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
     assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == "gp-sphere"
 
 
+@pytest.mark.slow
 def test_demo_from_scratch(capsys, tmp_path):
     status, _, err = run(capsys, "demo", "--out", tmp_path / "demo", "--steps", "2",
                          "--resolution", "30", "--context-points", "40", "--from-scratch",

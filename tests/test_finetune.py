@@ -29,7 +29,7 @@ def frame_prediction(model, frame):
     return xnp.predict(model, frame[["field"]], frame[["field"]].drop_vars("field"))
 
 
-@pytest.mark.parametrize("covariates", [[], ["hour_of_day"]])
+@pytest.mark.parametrize("covariates", [[], pytest.param(["hour_of_day"], marks=pytest.mark.slow)])
 def test_at_step_zero_it_predicts_what_the_pretrained_model_predicts(field, covariates):
     tuned = field.np.fit("field", model="gp-sphere", covariates=covariates, **FROZEN)
     assert tuned.normalise == "context"
@@ -77,6 +77,7 @@ def test_what_cannot_map_is_a_clear_error(field):
         field.np.fit("field", model=fitted, **FROZEN)
 
 
+@pytest.mark.slow
 def test_projected_data_map_through_their_grid_mapping():
     ds = grid_dataset(nt=2, ny=6, nx=7)  # lat/lon ...
     import pyproj
