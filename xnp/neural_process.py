@@ -261,7 +261,7 @@ class NeuralProcess:
             raise EmptyDataError("evaluate_batches needs at least one batch; got none.")
         scale = np.array([self.normaliser.stats[v].std for v in self.variables])
         if self.baseline is not None:  # a forecaster's targets are changes in their own scale
-            scale = scale * self.baseline.ratio(scale)
+            scale = self.baseline.change_scale(scale)
         nll, rmse, coverage = batch_scores(eval_step(self.graphdef), self.params_, batches, scale)
         return {"nll": nll, "rmse": rmse, "coverage": coverage}
 

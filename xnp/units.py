@@ -11,6 +11,7 @@ This module sits at the bottom of the package: it imports only :mod:`xnp.errors`
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -122,11 +123,18 @@ def parse_bytes(value: str | int) -> int:
     """
     if isinstance(value, int | np.integer):
         return int(value)
-    m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    unit = (m.group(2) or "b").lower() if m else ""
-    if not m or unit not in _BYTES:
+    number, unit = _quantity(value, "b")
+    if unit not in _BYTES:
         raise ConfigError(f"cannot read {value!r} as a memory size; use e.g. '2GB' or '512MiB'.")
-    return int(float(m.group(1)) * _BYTES[unit])
+    return int(number * _BYTES[unit])
+
+
+def _quantity(value: object, default_unit: str) -> tuple[float, str]:
+    """``(number, lower-case unit)`` of a string such as ``"2GB"``; unit ``""`` if unreadable."""
+    m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not m:
+        return math.nan, ""
+    return float(m.group(1)), (m.group(2) or default_unit).lower()
 
 
 _SECONDS = {
@@ -157,11 +165,10 @@ def parse_seconds(value: str | float) -> float:
     if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-        unit = (m.group(2) or "s").lower() if m else ""
-        if not m or unit not in _SECONDS:
+        number, unit = _quantity(value, "s")
+        if unit not in _SECONDS:
             raise ConfigError(f"cannot read {value!r} as a duration; use e.g. '10min' or '1h'.")
-        seconds = float(m.group(1)) * _SECONDS[unit]
+        seconds = number * _SECONDS[unit]
     if not 0 < seconds < np.inf:
         raise ConfigError(f"a duration must be positive and finite; got {value!r}.")
     return seconds

@@ -114,3 +114,26 @@ def open_era5() -> xr.Dataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", xr.SerializationWarning)
         return xr.open_dataset(path).load()
+
+
+def plot_learning_curves(models: dict, path: Path, *, title: str, ylabel: str) -> None:
+    """Validation NLL against training minutes of fitted models, one line each, to ``path``.
+
+    Minutes are the step times the fit's training-loop seconds per step (the history
+    records steps; the loop's seconds are spread evenly over them).
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.0), layout="constrained")
+    ax = fig.subplots()
+    for name, model in models.items():
+        run = model.training
+        history = model.history_.dropna("step", subset=["val_nll"])
+        minutes = history.step.values * run["train_seconds"] / run["step"] / 60.0
+        ax.plot(minutes, history.val_nll.values, marker=".", label=name)
+    ax.set_xlabel("training time (min, 2 CPU cores)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)

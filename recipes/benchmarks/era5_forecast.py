@@ -48,7 +48,14 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import SHARED_DATA, machine, open_era5, read_section, write_section
+from _report import (
+    SHARED_DATA,
+    machine,
+    open_era5,
+    plot_learning_curves,
+    read_section,
+    write_section,
+)
 
 import xnp
 from xnp.api.sizes import swin_grid_for
@@ -519,7 +526,11 @@ def main() -> None:
     image = IMAGE if write else Path(tempfile.gettempdir()) / IMAGE.name
     plot_pit(for_plot, truth, image)
     curves = image.with_name("era5_forecast_curves.png")
-    plot_curves(trained, curves)
+    budgeted = {n.split(" (")[0]: m for n, m in trained.items() if m.training.get("time_budget_s")}
+    plot_learning_curves(
+        budgeted, curves, ylabel="validation NLL (model units)",
+        title="ERA5 6-h forecasts: learning curves within the budget",
+    )  # fmt: skip
     fits = training_table(trained)
     print(fits)
     model = next(iter(trained.values()))
@@ -586,31 +597,6 @@ def main() -> None:
         print(f"wrote the era5_forecast section of docs/benchmarks.md and {image}")
     else:
         print(f"not written (--quick or --no-write); the figure is in {image}")
-
-
-def plot_curves(trained: dict[str, xnp.NeuralProcess], path: Path) -> None:
-    """Validation NLL against training minutes of the budgeted models (the learning curves).
-
-    Minutes are the step times the fraction of the fit's training loop per step (the
-    history records steps; the loop's seconds are spread evenly over them).
-    """
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.0, 4.0), layout="constrained")
-    ax = fig.subplots()
-    for name, model in trained.items():
-        run = model.training
-        if not run.get("time_budget_s"):
-            continue
-        history = model.history_.dropna("step", subset=["val_nll"])
-        minutes = history.step.values * run["train_seconds"] / run["step"] / 60.0
-        ax.plot(minutes, history.val_nll.values, marker=".", label=name.split(" (")[0])
-    ax.set_xlabel("training time (min, 2 CPU cores)")
-    ax.set_ylabel("validation NLL (model units)")
-    ax.set_title("ERA5 6-h forecasts: learning curves within the budget")
-    ax.legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
 
 
 def plot_pit(for_plot: dict[str, dict[str, xr.Dataset]], truth: xr.Dataset, path: Path) -> None:

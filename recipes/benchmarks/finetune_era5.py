@@ -39,7 +39,7 @@ from xnp.train import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stations
-from _report import machine, write_section
+from _report import machine, plot_learning_curves, write_section
 from zero_shot_trend import era5_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,24 +69,6 @@ def scores(predict, context, truth, targets) -> list[float]:
     pred = predict(context, targets)
     s = xnp.evaluate(pred, truth, dim="cell")
     return [float(s[f"t2m_{m}"].mean()) for m in METRICS]
-
-
-def plot_curves(models: dict[str, xnp.NeuralProcess], path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.5, 3.8), layout="constrained")
-    ax = fig.subplots()
-    for name, model in models.items():
-        run = model.training
-        history = model.history_.dropna("step", subset=["val_nll"])
-        minutes = history.step.values * run["train_seconds"] / run["step"] / 60.0
-        ax.plot(minutes, history.val_nll.values, marker=".", label=name)
-    ax.set_xlabel("training time (min, 2 CPU cores)")
-    ax.set_ylabel("validation NLL, days 17–18\n(each model's own units)")
-    ax.set_title("ERA5 at 218 station cells: fine-tuning vs from scratch")
-    ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
 
 
 def main() -> None:
@@ -129,7 +111,11 @@ def main() -> None:
             print(f"{name}: {shown}", flush=True)
     write = not args.no_write
     image = IMAGE if write else Path(tempfile.gettempdir()) / IMAGE.name
-    plot_curves({"fine-tuned from gp-sphere": tuned, "from scratch": scratch}, image)
+    plot_learning_curves(
+        {"fine-tuned from gp-sphere": tuned, "from scratch": scratch}, image,
+        title="ERA5 at 218 station cells: fine-tuning vs from scratch",
+        ylabel="validation NLL, days 17–18\n(each model's own units)",
+    )  # fmt: skip
     table = (
         "| method | RMSE (K) | NLL | CRPS (K) | 90 % coverage | 95 % coverage |\n"
         "|---|---|---|---|---|---|\n"

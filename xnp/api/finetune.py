@@ -30,6 +30,7 @@ great-circle distances take.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,11 +38,9 @@ import jax
 import numpy as np
 
 from xnp.data.normalise import is_zero_shot
-from xnp.data.trend import rms_spread
 from xnp.errors import ConfigError
-from xnp.geo.distance import EARTH_RADIUS_KM
-from xnp.geo.sphere import unit_vectors
 from xnp.neural_process import NeuralProcess
+from xnp.prediction.context import working_scale
 from xnp.shipped import available_pretrained, pretrained
 
 __all__ = [
@@ -57,10 +56,8 @@ __all__ = [
 FINE_TUNE_LEARNING_RATE = 1e-4
 FINE_TUNE_STEPS = 500
 
-#: Bounds of the fixed distance scale (as for zero-shot prediction).
-_SCALE_BOUNDS = (1.0 / 16.0, 16.0)
 
-
+@dataclasses.dataclass(frozen=True)
 class Start:
     """A pretrained model adapted to the data: configuration, parameters, record.
 
@@ -75,8 +72,10 @@ class Start:
         What the fit's run record says of the start (name, scale, checksum).
     """
 
-    def __init__(self, config: Any, params: Any, training: dict, record: dict) -> None:
-        self.config, self.params, self.training, self.record = config, params, training, record
+    config: Any
+    params: Any
+    training: dict
+    record: dict
 
 
 def as_pretrained(model: Any) -> NeuralProcess | None:
@@ -129,7 +128,9 @@ def pretrained_start(
             f"this pretrained model already takes {cfg.dim_x} covariate channel(s); xnp's "
             "shipped models take none, and only those are fine-tuned."
         )
-    factor = _network_scale(base, lat, lon)
+    lat, lon = np.ravel(lat), np.ravel(lon)
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    factor = working_scale(base, np.stack([lat[ok], lon[ok]], -1))  # the whole network's
     model = base.with_distance_scale(factor) if factor != 1.0 else base
     params = model.params_
     new_cfg = cfg
@@ -138,13 +139,12 @@ def pretrained_start(
         params = _with_zero_channels(params, cfg.dim_obs_embed, n_covariate_channels)
     training = {k: v for k, v in model.training.items() if k != "context_rms_km"}
     digest = _digest(base.params_)
-    record = {"from": _name_of(base), "distance_scale": factor, "params_digest": digest}
+    record = {"from": _name_of(digest), "distance_scale": factor, "params_digest": digest}
     return Start(new_cfg, params, training, record)
 
 
-def _name_of(model: NeuralProcess) -> str:
-    """The shipped name of ``model`` (its parameters match), else ``"model"``."""
-    digest = _digest(model.params_)
+def _name_of(digest: str) -> str:
+    """The shipped model whose parameters have ``digest`` (:func:`_digest`), else ``"model"``."""
     for name in available_pretrained():
         if _digest(pretrained(name).params_) == digest:
             return name
@@ -159,21 +159,6 @@ def _digest(params: Any) -> str:
     for leaf in jax.tree.leaves(params):
         h.update(np.asarray(leaf).tobytes())
     return h.hexdigest()[:16]
-
-
-def _network_scale(model: NeuralProcess, lat: np.ndarray, lon: np.ndarray) -> float:
-    """The working-size factor of the data's whole network of places (1 without one)."""
-    size = (model.training or {}).get("context_rms_km")
-    if not size:
-        return 1.0
-    lat, lon = np.ravel(lat), np.ravel(lon)
-    ok = np.isfinite(lat) & np.isfinite(lon)
-    if ok.sum() < 2:
-        return 1.0
-    rms = EARTH_RADIUS_KM * rms_spread(unit_vectors(np.stack([lat[ok], lon[ok]], -1)))
-    if not rms > 0:
-        return 1.0
-    return float(np.clip(rms / float(size), *_SCALE_BOUNDS))
 
 
 def _with_zero_channels(params: Any, offset: int, count: int) -> Any:

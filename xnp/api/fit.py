@@ -408,7 +408,7 @@ def fit(
     )  # fmt: skip
     scale = [sampler.normaliser.stats[v].std for v in variables]
     if sampler.baseline is not None:  # targets are changes in the baseline's scale
-        scale = list(np.asarray(scale) * sampler.baseline.ratio(scale))
+        scale = list(sampler.baseline.change_scale(scale))
     state = train(
         graphdef, state, lambda k: fixed_batch(sampler.batch(k), nc, nt, n_sources), steps=steps,
         learning_rate=learning_rate, config=config, batch_size=batch_size,

@@ -222,11 +222,11 @@ def run_demo(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     if tdim is not None:
         rmse, line = _held_out_scores(model, context, frame, variable)
         log.info("held-out field: %s", line)
-        start_from = (model.training or {}).get("fine_tuned_from")
-        if start_from:  # what fine-tuning gained over the pretrained model, zero-shot
-            before, line = _held_out_scores(pretrained(start_from["from"]), context, frame,
+        tuned_from = (model.training or {}).get("fine_tuned_from")
+        if tuned_from:  # what fine-tuning gained over the pretrained model, zero-shot
+            before, line = _held_out_scores(pretrained(tuned_from["from"]), context, frame,
                                             variable)  # fmt: skip
-            log.info("the pretrained %s model zero-shot: %s", start_from["from"], line)
+            log.info("the pretrained %s model zero-shot: %s", tuned_from["from"], line)
             log.info("fine-tuning changed the held-out RMSE by %+.1f %% (%.3g -> %.3g)",
                      100.0 * (rmse - before) / before, before, rmse)  # fmt: skip
 

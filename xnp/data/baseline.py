@@ -41,6 +41,7 @@ array([[-18.]], dtype=float32)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 from xnp.data.coords import Layout, latlon
-from xnp.data.tasks import BASELINES
+from xnp.data.tasks import BASELINES, check_baseline
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
@@ -59,17 +60,6 @@ __all__ = ["BASELINES", "MAX_SITES", "ForecastBaseline", "check_baseline", "pers
 
 #: Most places a diurnal climatology keeps (evenly thinned beyond).
 MAX_SITES = 16_384
-
-
-def check_baseline(baseline: Any) -> None:
-    """Raise :class:`~xnp.errors.ConfigError` unless ``baseline`` is None or a known name.
-
-    Examples
-    --------
-    >>> check_baseline("persistence")
-    """
-    if baseline is not None and baseline not in BASELINES:
-        raise ConfigError(f"baseline must be None or one of {list(BASELINES)}; got {baseline!r}.")
 
 
 def persistence(
@@ -165,13 +155,26 @@ class ForecastBaseline:
             f"leads={self.leads.tolist()}, {self.hours.size} hours, {len(self.sites)} places)"
         )
 
+    def change_scale(self, field_std: np.ndarray) -> np.ndarray:
+        """The unit ``[Dy]`` of the model's change in the variables' units.
+
+        :attr:`scale`, or the variable's spread ``field_std`` where it has none
+        (plain field units, as without a baseline).
+        """
+        field_std = np.asarray(field_std, np.float64)
+        if self.scale is None:
+            return field_std
+        scale = np.asarray(self.scale, np.float64)
+        return np.where(np.isfinite(scale) & (scale > 0), scale, field_std)
+
     def ratio(self, field_std: np.ndarray) -> np.ndarray:
         """``scale / field_std`` ``[Dy]``: the unit of the model's change in normalised units."""
-        if self.scale is None:
-            return np.ones(len(self.variables))
-        scale = np.asarray(self.scale, np.float64)
-        ok = np.isfinite(scale) & (scale > 0)
-        return np.where(ok, scale, 1.0) / np.where(ok, np.asarray(field_std, np.float64), 1.0)
+        return self.change_scale(field_std) / np.asarray(field_std, np.float64)
+
+    @functools.cached_property
+    def _sites_tree(self) -> cKDTree:
+        """The search tree of the climatology's places (built once, on first use)."""
+        return cKDTree(unit_vectors(self.sites))
 
     @property
     def diurnal(self) -> bool:
@@ -263,7 +266,7 @@ class ForecastBaseline:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
         if not self.diurnal:
             return np.zeros((len(targets), len(self.variables)), np.float32)
-        _, site = cKDTree(unit_vectors(self.sites)).query(unit_vectors(np.asarray(targets)))
+        _, site = self._sites_tree.query(unit_vectors(np.asarray(targets)))
         by_lead = self.change[:, :, site]  # [L, H, M, Dy]
         by_hour = _interpolate(by_lead, self.leads, float(lead), circular=False)
         return _interpolate(by_hour, self.hours, float(hour) % 24.0, circular=True)

@@ -32,6 +32,7 @@ __all__ = [
     "ForecastTasks",
     "SpatialTasks",
     "WindowTasks",
+    "check_baseline",
     "check_count",
     "in_window",
     "task_from_dict",
@@ -41,12 +42,20 @@ __all__ = [
 #: Caps on the points per task of the default task specifications (``xnp.fit``).
 DEFAULT_MAX_POINTS = 1024
 
-_KM_PER_DEGREE = 111.195
+_KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 #: Forecast baselines (:mod:`xnp.data.baseline`, which holds their rules).
-BASELINES = (
-    "persistence",
-    "persistence+diurnal",
-)  # great-circle kilometres per degree of latitude
+BASELINES = ("persistence", "persistence+diurnal")
+
+
+def check_baseline(baseline: Any) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` unless ``baseline`` is None or a known name.
+
+    Examples
+    --------
+    >>> check_baseline("persistence")
+    """
+    if baseline is not None and baseline not in BASELINES:
+        raise ConfigError(f"baseline must be None or one of {list(BASELINES)}; got {baseline!r}.")
 
 
 def _check_range(name: str, value: float | tuple[float, float], low: float, high: float) -> None:
@@ -180,11 +189,7 @@ class ForecastTasks:
             _check_positive(lead=value)
         values = tuple(sorted({float(v) for v in leads}))
         object.__setattr__(self, "lead", values if len(values) > 1 else values[0])
-        if self.baseline is not None and self.baseline not in BASELINES:
-            raise ConfigError(
-                f"ForecastTasks.baseline must be None or one of {list(BASELINES)}; "
-                f"got {self.baseline!r}."
-            )
+        check_baseline(self.baseline)
         fraction = self.context_fraction
         real = isinstance(fraction, numbers.Real) and not isinstance(fraction, bool)
         if not real or not 0.0 < fraction <= 1.0:

@@ -52,6 +52,7 @@ __all__ = [
     "coord_names",
     "model_points",
     "prior_std",
+    "working_scale",
     "zero_shot_variable",
 ]
 
@@ -286,13 +287,24 @@ def _at_working_size(model: Any, s: np.ndarray) -> Any:
     some distances better than others.  The scale is bounded to
     ``_SCALE_BOUNDS``; a context at a single place is left as it is.
     """
+    factor = working_scale(model, s)
+    return model if factor == 1.0 else model.with_distance_scale(factor)
+
+
+def working_scale(model: Any, s: np.ndarray) -> float:
+    """The distance scale that shows the points ``s`` ``[N, 2]`` to ``model`` at its working size.
+
+    The rms distance of ``s`` from their centre over the model's
+    ``training["context_rms_km"]``, bounded to ``_SCALE_BOUNDS``; 1 for a model
+    without a working size or great-circle bias, and for points at one place.
+    """
     size = (getattr(model, "training", None) or {}).get("context_rms_km")
     if not size or getattr(model.config, "spatial_bias", None) != "great_circle" or not len(s):
-        return model
+        return 1.0
     rms_km = EARTH_RADIUS_KM * rms_spread(unit_vectors(np.asarray(s, np.float64)))
     if not rms_km > 0:
-        return model
-    return model.with_distance_scale(float(np.clip(rms_km / float(size), *_SCALE_BOUNDS)))
+        return 1.0
+    return float(np.clip(rms_km / float(size), *_SCALE_BOUNDS))
 
 
 def prior_std(model: Any) -> np.ndarray:
