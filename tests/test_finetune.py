@@ -106,3 +106,49 @@ def test_cli_fine_tunes_from_a_name(capsys, tmp_path, field):
     model = xnp.load(tmp_path / "m")
     assert model.training["fine_tuned_from"]["from"] == "gp-sphere"
     assert model.normalise == "context"
+
+
+def test_the_sampler_removes_each_contexts_trend(field):
+    from xnp.data.trend import Trend
+
+    plain = TaskSampler(field, "field", standardise="context", batch_size=3, seed=4)
+    trended = TaskSampler(field, "field", standardise="context", trend="linear",
+                          batch_size=3, seed=4)  # fmt: skip
+    for a, b in zip(plain.tasks(0), trended.tasks(0), strict=True):
+        fitted = Trend.fit(a.context.s, a.context.f, spherical=True, degree=1)
+        resid_c = a.context.f - fitted.at(a.context.s)[0]
+        resid_t = a.target.f - fitted.at(a.target.s)[0]
+        mean, std = resid_c.mean(), resid_c.std()
+        np.testing.assert_allclose(b.context.f, (resid_c - mean) / std, atol=1e-4)
+        np.testing.assert_allclose(b.target.f, (resid_t - mean) / std, atol=1e-4)
+    with pytest.raises(ConfigError, match="trend"):
+        TaskSampler(field, "field", trend="linear")  # not context-standardised
+    with pytest.raises(ConfigError, match="trend"):
+        TaskSampler(field, "field", standardise="context", trend="quadratic")
+
+
+def test_a_model_fine_tuned_with_a_trend_predicts_with_it(field, tmp_path):
+    tuned = field.np.fit("field", model="gp-sphere", trend="linear", **FROZEN)
+    assert tuned.training["trend"] == "linear"
+    frame = field.isel(time=1)
+    own = frame_prediction(tuned, frame)
+    assert own.attrs["xnp_trend"].startswith("linear")
+    base = xnp.pretrained("gp-sphere")
+    explicit = xnp.predict(base, frame[["field"]], frame[["field"]].drop_vars("field"),
+                           trend="linear")  # fmt: skip
+    np.testing.assert_allclose(own.field_mean, explicit.field_mean, atol=1e-5)  # step 0
+    off = xnp.predict(tuned, frame[["field"]], frame[["field"]].drop_vars("field"), trend="none")
+    assert "xnp_trend" not in off.attrs
+    assert not np.allclose(off.field_mean, own.field_mean)
+    loaded = xnp.load(tuned.save(tmp_path / "m"))
+    np.testing.assert_array_equal(frame_prediction(loaded, frame).field_mean, own.field_mean)
+
+
+def test_a_trend_is_for_fine_tuning_interpolation(field):
+    with pytest.raises(ConfigError, match="fine-tuning"):
+        field.np.fit("field", model="bsa-tnp-tiny", trend="linear", **FROZEN)
+    with pytest.raises(ConfigError, match="baseline"):
+        field.np.fit("field", model="gp-sphere", trend="linear",
+                     tasks=ForecastTasks(frames=1), **FROZEN)  # fmt: skip
+    with pytest.raises(ConfigError, match="'constant' or 'linear'"):
+        field.np.fit("field", model="gp-sphere", trend="plane", **FROZEN)

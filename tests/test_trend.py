@@ -236,7 +236,7 @@ def test_far_from_a_clustered_network_the_constant_trend_reverts_to_the_gls_mean
 
 def test_trend_is_only_for_zero_shot_models_and_only_linear(model):
     ds = gradient_field().isel(time=0)
-    with pytest.raises(ConfigError, match="None, 'constant' or 'linear'"):
+    with pytest.raises(ConfigError, match="None, 'none', 'constant' or 'linear'"):
         ds.np.predict(model, trend="quadratic")
     fitted = model.with_normaliser(model.normaliser, ["field"])  # a copy
     fitted.normalise = "fitted"

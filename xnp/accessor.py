@@ -121,6 +121,7 @@ class NPDatasetAccessor(_NPAccessor):
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
         time_budget: str | float | None = None,
+        trend: str | None = None,
     ) -> NeuralProcess:
         """Train a neural process to predict ``variable``; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
@@ -130,6 +131,7 @@ class NPDatasetAccessor(_NPAccessor):
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
             config=config, context_sources=context_sources, time_budget=time_budget,
+            trend=trend,
         )  # fmt: skip
 
 
@@ -170,6 +172,7 @@ class NPDataArrayAccessor(_NPAccessor):
         config: TrainConfig | None = None,
         context_sources: dict[str, Any] | None = None,
         time_budget: str | float | None = None,
+        trend: str | None = None,
     ) -> NeuralProcess:
         """Train a neural process on this DataArray; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
@@ -179,4 +182,5 @@ class NPDataArrayAccessor(_NPAccessor):
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
             config=config, context_sources=context_sources, time_budget=time_budget,
+            trend=trend,
         )  # fmt: skip

@@ -50,8 +50,8 @@ TASKS = SpatialTasks(context_count=(100, 400), max_context=512, max_targets=256)
 METRICS = ("rmse", "nll", "crps", "coverage_90", "coverage_95")
 
 
-def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float
-        ) -> xnp.NeuralProcess:  # fmt: skip
+def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float,
+        trend: str | None = None) -> xnp.NeuralProcess:  # fmt: skip
     """A fit on days 1–16 (validated on days 17–18) for ``budget_min`` minutes."""
     era5 = stations.open_era5()
     train = era5.isel(time=slice(*TRAIN_DAYS))
@@ -61,7 +61,7 @@ def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float
     return train.np.fit(
         "t2m", model=model, tasks=TASKS, validation=validation, batch_size=8,
         learning_rate=learning_rate, time_budget=budget_min * 60.0, config=config,
-        progress=False,
+        progress=False, trend=trend,
     )  # fmt: skip
 
 

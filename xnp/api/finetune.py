@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from xnp.data.normalise import is_zero_shot
+from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.errors import ConfigError
 from xnp.neural_process import NeuralProcess
 from xnp.prediction.context import working_scale
@@ -48,6 +49,7 @@ __all__ = [
     "FINE_TUNE_STEPS",
     "Start",
     "as_pretrained",
+    "check_fit_trend",
     "pretrained_start",
 ]
 
@@ -55,6 +57,34 @@ __all__ = [
 #: and fewer steps (the network already knows what fields look like).
 FINE_TUNE_LEARNING_RATE = 1e-4
 FINE_TUNE_STEPS = 500
+
+
+def check_fit_trend(trend: Any, fine_tuning: bool, tasks: Any) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` unless ``fit(trend=...)`` can be honoured.
+
+    A trend is removed from each task's context when fine-tuning a pretrained
+    (context-standardised) model on interpolation tasks.
+
+    Examples
+    --------
+    >>> check_fit_trend("linear", True, None)
+    """
+    if trend is None:
+        return
+    if trend not in ("constant", "linear"):
+        raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
+    if not fine_tuning:
+        raise ConfigError(
+            "trend= is for fine-tuning a pretrained model (model='gp-sphere', ...), which "
+            "standardises each context by its own statistics; a model fitted from scratch "
+            "learns the field's large-scale structure from the data. Fit without trend=."
+        )
+    inner = tasks.task if isinstance(tasks, WindowTasks) else tasks
+    if isinstance(inner, ForecastTasks):
+        raise ConfigError(
+            "trend= applies to interpolation tasks; a forecast learns the change from its "
+            "baseline (ForecastTasks(baseline=...)). Fit without trend=."
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ from xnp.api.finetune import (
     FINE_TUNE_LEARNING_RATE,
     FINE_TUNE_STEPS,
     as_pretrained,
+    check_fit_trend,
     pretrained_start,
 )
 from xnp.api.inputs import (
@@ -111,6 +112,7 @@ def fit(
     config: TrainConfig | None = None,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
     time_budget: str | float | None = None,
+    trend: str | None = None,
 ) -> NeuralProcess:
     """Train a neural process on ``data`` to predict ``variable``.
 
@@ -180,6 +182,12 @@ def fit(
         validated parameters).  It counts the training loop (compilation and
         validation included), not reading the data before it; a resumed fit
         counts the time of the run before the interruption.
+    trend : {None, "constant", "linear"}
+        Fine-tuning only: each task's context trend (generalised least squares,
+        :class:`xnp.data.trend.Trend`) is removed before the model sees the values,
+        so that it learns the residuals, as zero-shot prediction with ``trend=``
+        shows them; the fitted model records it and applies it at prediction
+        (``predict(..., trend="none")`` turns it off).
 
     Returns
     -------
@@ -214,6 +222,7 @@ def fit(
         raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
     budget = None if time_budget is None else parse_seconds(time_budget)
     base = as_pretrained(model)  # a pretrained model to fine-tune, or None
+    check_fit_trend(trend, base is not None, tasks)
     if steps is None:
         steps = _UNLIMITED_STEPS if budget is not None else FINE_TUNE_STEPS if base else 2_000
     if learning_rate is None:
@@ -292,7 +301,7 @@ def fit(
     sampler = TaskSampler(
         {MAIN_SOURCE: data, **extra}, variables, task, covariates=covariates,
         target_source=MAIN_SOURCE, batch_size=batch_size, seed=seed, split="train",
-        validation_fraction=fraction, standardise=standardise,
+        validation_fraction=fraction, standardise=standardise, trend=trend,
     )  # fmt: skip
     n_sources = len(sources)
     val_batches = None
@@ -304,7 +313,7 @@ def fit(
                 batch_size=batch_size, seed=seed + 1,
                 split="train" if val_data is not None else "validation",
                 validation_fraction=fraction, normaliser=sampler.normaliser,
-                baseline=sampler.baseline, standardise=standardise,
+                baseline=sampler.baseline, standardise=standardise, trend=trend,
             )  # fmt: skip
             val_batches = [
                 fixed_batch(val_sampler.batch(k), nc, nt, n_sources)
@@ -341,7 +350,7 @@ def fit(
             "dataset" if isinstance(validation, xr.Dataset) else "times"),
         "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
         "context_size": nc, "target_size": nt, "sources": sources, "time_budget_s": budget,
-        "fine_tuned_from": None if start is None else start.record,
+        "fine_tuned_from": None if start is None else start.record, "trend": trend,
     }  # fmt: skip
     run["data"] = fingerprint(data, layout, variables, sampler.normaliser)
     if val_data is not None:

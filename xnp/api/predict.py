@@ -102,23 +102,25 @@ def predict(
         Multi-source models: further observations under the names the model was
         fitted with (see :func:`xnp.fit`); their frames at the context's
         times join the context.  Sources left out simply add nothing.
-    trend : {None, "constant", "linear"}
+    trend : {None, "none", "constant", "linear"}
         Zero-shot models only: the context's large-scale mean, estimated before
         the model sees the values (:class:`xnp.data.trend.Trend`), per context
         set (each time; all of it, also with ``context_radius``).  ``None``: the
-        model standardises the context by its plain mean, which it predicts far
-        from the observations.  ``"constant"``: the mean is estimated by
-        generalised least squares, with dense clusters of stations down-weighted
-        as in ordinary kriging, and the prediction reverts to it where the
-        observations leave the field unexplained.  ``"linear"``: a plane (on the
-        sphere, in the tangent plane at the context's centre), as universal
-        kriging's drift, for fields with a large-scale gradient (temperature
-        across a region); the model interpolates the residuals, and the plane is
-        added back.  Either way the variance of the estimate is added to the
-        predictive variance in the share the observations leave.  Recommended for
-        station networks with gaps (coasts, mountains); on evenly observed
-        stationary fields with short correlation lengths the plane costs a little
-        accuracy (see the benchmarks).
+        model's own (that of ``fit(..., trend=)`` for a model fine-tuned with
+        one; else none).  ``"none"``: the model standardises the context by its
+        plain mean, which it predicts far from the observations.  ``"constant"``:
+        the mean is estimated by generalised least squares, with dense clusters
+        of stations down-weighted as in ordinary kriging, and the prediction
+        reverts to it where the observations leave the field unexplained.
+        ``"linear"``: a plane (on the sphere, in the tangent plane at the
+        context's centre), as universal kriging's drift, for fields with a
+        large-scale gradient (temperature across a region); the model
+        interpolates the residuals, and the plane is added back.  Either way the
+        variance of the estimate is added to the predictive variance in the
+        share the observations leave.  Recommended for station networks with
+        gaps (coasts, mountains); on evenly observed stationary fields with short
+        correlation lengths the plane costs a little accuracy (see the
+        benchmarks).
 
     Returns
     -------

@@ -92,8 +92,8 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         model_spec = resolve_model(args.start)
     model = fit(
         data, variables, model=model_spec, covariates=args.covariates, tasks=tasks,
-        steps=args.steps, time_budget=args.time_budget, batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
+        steps=args.steps, time_budget=args.time_budget, trend=args.trend,
+        batch_size=args.batch_size, learning_rate=args.learning_rate,
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
         resume=args.resume, progress=args.progress,
         config=train_config(args.steps or (500 if args.start else 2000)),
@@ -134,5 +134,6 @@ def forecast_tasks(args: argparse.Namespace, data: Any, variable: str, validatio
             "times; this data has none (its default tasks are spatial). Give data over "
             "time, or use --tasks spatial."
         )
-    baseline = None if args.baseline in (None, "none") else args.baseline
+    baseline = tasks.baseline if args.baseline is None else args.baseline
+    baseline = None if baseline == "none" else baseline
     return dataclasses.replace(tasks, lead=args.lead or tasks.lead, baseline=baseline)

@@ -232,6 +232,13 @@ def _add_fit(subs: Any) -> None:
         "model directory) instead of training --model from scratch (default: 500 steps)",
     )
     p.add_argument(
+        "--trend",
+        choices=("constant", "linear"),
+        help="with --from: remove each task's context mean (constant) or plane (linear), "
+        "estimated by generalised least squares, before the model sees it; the model "
+        "keeps it for prediction (default: none)",
+    )
+    p.add_argument(
         "--tasks",
         choices=("spatial", "auto", "forecast"),
         default="spatial",
@@ -248,10 +255,12 @@ def _add_fit(subs: Any) -> None:
     )
     p.add_argument(
         "--baseline",
-        choices=("none", "persistence", "persistence+diurnal"),
+        choices=("none", "persistence", "persistence+diurnal", "autoregressive"),
         help="forecast tasks: predict the change from the last observation (persistence), "
-        "plus the training days' mean change for the place and hour (persistence+diurnal) "
-        "(default: none)",
+        "plus the training days' mean change for the place and hour (persistence+diurnal), "
+        "or plus a regression on that change and the changes since the earlier frames "
+        "(autoregressive) (default: persistence+diurnal for sub-daily steps, else "
+        "persistence; none: the field itself)",
     )
     p.add_argument(
         "--time-budget",
@@ -403,12 +412,13 @@ def _add_predict(subs: Any) -> None:
     )
     p.add_argument(
         "--trend",
-        choices=["constant", "linear"],
+        choices=["none", "constant", "linear"],
         help="zero-shot models only: estimate the context's mean (constant) or plane "
         "(linear) by generalised least squares, with dense station clusters "
         "down-weighted as in kriging; the model interpolates the rest and the "
         "prediction reverts to the trend far from the observations (recommended for "
-        "station networks with gaps; default: none, the plain mean)",
+        "station networks with gaps; default: the model's own, that of a model "
+        "fine-tuned with --trend, else none: the plain mean)",
     )
     p.add_argument(
         "--chunks",

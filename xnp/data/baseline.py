@@ -8,7 +8,10 @@ model's):
   point;
 * ``"persistence+diurnal"``: that value plus the mean change over the lead time
   for the target's place and the initialisation's hour of day, learned from the
-  training times (:class:`ForecastBaseline`, stored with the model).
+  training times (:class:`ForecastBaseline`, stored with the model);
+* ``"autoregressive"``: persistence plus a regression of the change on the
+  changes since the earlier context frames and the mean diurnal change, fitted per
+  lead and initialisation hour on the training times (:mod:`xnp.data.lagged`).
 
 The rules, where a baseline cannot be formed exactly:
 
@@ -22,6 +25,9 @@ The rules, where a baseline cannot be formed exactly:
   some hour takes that hour's mean over the places; an hour the training data
   never held is interpolated (circularly) between the nearest hours it held, and a
   lead between trained leads linearly between them (beyond them, the nearest).
+  The regression's coefficients follow the same rules; an hour with too few
+  training rows persists with the diurnal change, and a context frame missing at
+  a lag counts as no change since it.
 
 Examples
 --------
@@ -51,6 +57,7 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 from xnp.data.coords import Layout, latlon
+from xnp.data.lagged import features, fit_coefficients, nearest_in_frame
 from xnp.data.tasks import BASELINES, check_baseline
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError
@@ -114,7 +121,7 @@ class ForecastBaseline:
 
     Attributes
     ----------
-    kind : {"persistence", "persistence+diurnal"}
+    kind : {"persistence", "persistence+diurnal", "autoregressive"}
         The baseline.
     variables : tuple of str
         The variables, in the order of the last axis of ``change``.
@@ -127,6 +134,12 @@ class ForecastBaseline:
     change : ndarray ``[L, H, S, Dy]``
         Mean change over the lead from an initialisation at that hour and place
         (float32); empty for plain persistence.
+    lags : ndarray ``[K]``
+        Hours of the earlier context frames relative to the last (negative) whose
+        changes the autoregressive baseline regresses on.
+    coef : ndarray ``[L, H, K + 2, Dy]``
+        The autoregressive coefficients (intercept, one per lag, diurnal change);
+        empty for the other kinds.
     scale : ndarray ``[Dy]`` or None
         The RMS error of the baseline over the training times, in the variables'
         units: the model predicts the change divided by it, so that its outputs
@@ -141,6 +154,8 @@ class ForecastBaseline:
     sites: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
     change: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
     scale: np.ndarray | None = None
+    lags: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    coef: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
 
     def __post_init__(self) -> None:
         check_baseline(self.kind)
@@ -150,9 +165,11 @@ class ForecastBaseline:
     def __repr__(self) -> str:
         if not self.diurnal:
             return f"ForecastBaseline({self.kind!r}, variables={list(self.variables)})"
+        lags = f", lags={self.lags.tolist()}" if self.regressive else ""
         return (
             f"ForecastBaseline({self.kind!r}, variables={list(self.variables)}, "
-            f"leads={self.leads.tolist()}, {self.hours.size} hours, {len(self.sites)} places)"
+            f"leads={self.leads.tolist()}{lags}, {self.hours.size} hours, "
+            f"{len(self.sites)} places)"
         )
 
     def change_scale(self, field_std: np.ndarray) -> np.ndarray:
@@ -179,7 +196,12 @@ class ForecastBaseline:
     @property
     def diurnal(self) -> bool:
         """Whether the baseline adds a diurnal climatology to persistence."""
-        return self.kind == "persistence+diurnal"
+        return self.kind in ("persistence+diurnal", "autoregressive")
+
+    @property
+    def regressive(self) -> bool:
+        """Whether the baseline regresses on the changes since earlier frames."""
+        return self.kind == "autoregressive"
 
     @classmethod
     def fit(
@@ -190,15 +212,21 @@ class ForecastBaseline:
         variables: Sequence[str],
         leads: Sequence[float],
         end: int | None = None,
+        *,
+        lags: Sequence[float] = (),
+        fraction: float = 1.0,
     ) -> ForecastBaseline:
         """The baseline of ``kind``, its climatology learned from ``data``'s first ``end`` times.
 
         ``data`` holds ``variables`` on ``(time, *layout.point_dims)``; only pairs of
         times that both lie before ``end`` (the start of the held-out period) count.
+        ``lags`` (hours before the last context frame, negative) and ``fraction``
+        (the share of each context frame the tasks keep) shape the autoregressive
+        baseline's regression (:func:`xnp.data.lagged.fit_coefficients`).
         """
         check_baseline(kind)
         variables = tuple(variables)
-        diurnal = kind == "persistence+diurnal"
+        diurnal = kind in ("persistence+diurnal", "autoregressive")
         if layout.time_dim is None:
             raise ConfigError("a forecast baseline needs data with a time dimension.")
         dims = (layout.time_dim, *layout.point_dims)
@@ -259,8 +287,17 @@ class ForecastBaseline:
         if not diurnal:
             return cls(kind, variables, scale=scale)
         change = _fill(change)
+        lags = np.asarray(sorted(float(x) for x in lags), np.float64)
+        coef = np.zeros((0, 0, 0, 0))
+        if kind == "autoregressive":
+            if (lags >= 0).any():
+                raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
+            coef, sq, n = fit_coefficients(arrays, hours[:end], sites[keep], leads, lags,
+                                           hour_list, change, fraction=fraction)  # fmt: skip
+            scale = np.where(n > 0, np.sqrt(sq / np.maximum(n, 1)), scale)
         return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
-                   sites[keep], change.astype(np.float32), scale)  # fmt: skip
+                   sites[keep], change.astype(np.float32), scale, lags,
+                   coef.astype(np.float32))  # fmt: skip
 
     def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
@@ -288,7 +325,16 @@ class ForecastBaseline:
         last = persistence(*context, targets)
         if last is None:
             return None
-        return last + self.change_at(targets, hour=reference % 24.0, lead=lead)
+        change = self.change_at(targets, hour=reference % 24.0, lead=lead)
+        if not self.regressive:
+            return last + change
+        s, t, f = context
+        latest = float(np.max(np.asarray(t)[np.isfinite(np.asarray(f, np.float64)).any(1)]))
+        lagged = [nearest_in_frame(s, t, f, targets, time=latest + lag) for lag in self.lags]
+        by_lead = _interpolate(self.coef, self.leads, float(lead), circular=False)
+        coef = _interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
+        x = features(last, lagged, np.asarray(change, np.float64))  # [M, Dy, F]
+        return last + np.einsum("mdf,fd->md", x, coef.astype(np.float64))
 
     # -- saving -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -299,13 +345,17 @@ class ForecastBaseline:
             "leads": [float(x) for x in self.leads],
             "hours": [float(x) for x in self.hours],
             "scale": None if self.scale is None else [float(x) for x in self.scale],
+            "lags": [float(x) for x in self.lags],
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays of the climatology (empty for plain persistence)."""
         if not self.diurnal:
             return {}
-        return {"sites": np.asarray(self.sites, np.float64), "change": self.change}
+        out = {"sites": np.asarray(self.sites, np.float64), "change": self.change}
+        if self.regressive:
+            out["coef"] = self.coef
+        return out
 
     @classmethod
     def from_saved(
@@ -320,10 +370,13 @@ class ForecastBaseline:
             scale = None if scale is None else np.asarray(scale, np.float64)
             if scale is not None and (scale.shape != (len(variables),) or not (scale >= 0).all()):
                 raise ValueError(f"scale {blob.get('scale')!r} is not one number ≥ 0 per variable")
-            if kind != "persistence+diurnal":
+            check_baseline(kind)
+            if kind == "persistence":
                 return cls(kind, variables, scale=scale)
             sites = np.asarray(arrays["sites"], np.float64)
             change = np.asarray(arrays["change"], np.float32)
+            lags = np.asarray(blob.get("lags", []), np.float64)
+            coef = np.asarray(arrays["coef"], np.float32) if kind == "autoregressive" else None
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise CheckpointError(f"the model's forecast baseline is malformed: {err!r}.") from err
         expected = (leads.size, hours.size, len(sites), len(variables))
@@ -332,7 +385,15 @@ class ForecastBaseline:
                 f"the model's diurnal climatology has shape {change.shape} (expected "
                 f"{expected}, finite): the baseline file does not match its record."
             )
-        return cls(kind, variables, leads, hours, sites, change, scale)
+        if coef is None:
+            return cls(kind, variables, leads, hours, sites, change, scale)
+        want = (leads.size, hours.size, lags.size + 2, len(variables))
+        if coef.shape != want or not np.isfinite(coef).all():
+            raise CheckpointError(
+                f"the model's autoregressive coefficients have shape {coef.shape} (expected "
+                f"{want}, finite): the baseline file does not match its record."
+            )
+        return cls(kind, variables, leads, hours, sites, change, scale, lags, coef)
 
 
 def _fill(change: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from xnp.data.normalise import Normaliser, check_same_units
 from xnp.data.sources import Source, Window, make_source
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.data.times import match_hours, validation_cut
+from xnp.data.trend import DEGREES, Trend
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.units import parse_bytes
 
@@ -57,6 +58,18 @@ def _by_context(context: TaskPoints, targets: TaskPoints) -> tuple[TaskPoints | 
         return None, targets
     scale = lambda p: dataclasses.replace(p, f=((p.f - mean) / std).astype(p.f.dtype))  # noqa: E731
     return scale(context), scale(targets)
+
+
+def _detrended(
+    context: TaskPoints, targets: TaskPoints, trend: str
+) -> tuple[TaskPoints | None, TaskPoints]:
+    """Context and targets less the context's GLS trend (None: it cannot be fitted)."""
+    try:
+        fitted = Trend.fit(context.s, context.f, spherical=True, degree=DEGREES[trend])
+    except EmptyDataError:
+        return None, targets
+    less = lambda p: dataclasses.replace(p, f=(p.f - fitted.at(p.s)[0]).astype(p.f.dtype))  # noqa: E731
+    return less(context), less(targets)
 
 
 class TaskSampler:
@@ -106,6 +119,12 @@ class TaskSampler:
         each task's context and target values are then standardised by the mean
         and standard deviation of its context values, as a zero-shot model sees
         them (fine-tuning a pretrained model).
+    trend : {None, "constant", "linear"}
+        With ``standardise="context"``: each task's context trend
+        (:class:`~xnp.data.trend.Trend`, fitted to the context values by GLS) is
+        removed from its context and target values before they are standardised,
+        as zero-shot prediction with ``trend=`` does; a task whose trend cannot be
+        fitted (too few points, all on a line) is drawn again.
     load_budget : int or str, optional
         A dask-backed source whose variables and coordinates take at most this
         much memory (e.g. ``"1GiB"``) is read into memory once, as a new object;
@@ -149,6 +168,7 @@ class TaskSampler:
         num_batches: int | None = None,
         extra_dims: Literal["raise", "flatten"] = "raise",
         standardise: Literal["fitted", "context"] = "fitted",
+        trend: str | None = None,
         load_budget: int | str | None = "1GiB",
         **names: Any,
     ) -> None:
@@ -175,6 +195,13 @@ class TaskSampler:
         if standardise not in ("fitted", "context"):
             raise ConfigError(f"standardise must be 'fitted' or 'context'; got {standardise!r}.")
         self.standardise = standardise
+        if trend is not None and (trend not in DEGREES or standardise != "context"):
+            raise ConfigError(
+                "trend must be None, or 'constant' or 'linear' with standardise='context' "
+                f"(a context-standardised model); got trend={trend!r}, "
+                f"standardise={standardise!r}."
+            )
+        self.trend = trend
         self.buckets = None if buckets is None else tuple(sorted(buckets))
         self.num_batches = num_batches
         covariates = covariate_names(covariates)
@@ -266,8 +293,10 @@ class TaskSampler:
         if not isinstance(spec, ForecastTasks) or spec.baseline is None:
             return None
         target = self._target
-        return ForecastBaseline.fit(spec.baseline, target.view, target.layout, self.variables,
-                                    spec.leads, end=self._cut)  # fmt: skip
+        return ForecastBaseline.fit(
+            spec.baseline, target.view, target.layout, self.variables, spec.leads,
+            end=self._cut, lags=spec.offsets[:-1], fraction=spec.context_fraction,
+        )  # fmt: skip
 
     def _fit_normaliser(self) -> Normaliser:
         target = self._target
@@ -371,6 +400,10 @@ class TaskSampler:
                 target_points, f=change.astype(target_points.f.dtype)
             )
         context_points = TaskPoints.concat(parts)
+        if self.trend is not None:  # the residuals of the context's trend, as at prediction
+            context_points, target_points = _detrended(context_points, target_points, self.trend)
+            if context_points is None:
+                return None
         if self.standardise == "context":  # as a zero-shot model sees each context
             context_points, target_points = _by_context(context_points, target_points)
             if context_points is None:

@@ -60,8 +60,11 @@ def predict_with(
     :func:`xnp.predict`, one layer up.
     """
     model = check_model(model)
-    if trend is not None and trend not in DEGREES:
-        raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
+    if trend is not None and trend != "none" and trend not in DEGREES:
+        raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
+    if trend is None:  # the model's own: that of a model fine-tuned with a trend
+        trend = (getattr(model, "training", None) or {}).get("trend")
+    trend = None if trend == "none" else trend
     if trend is not None and not is_zero_shot(model):
         raise ConfigError(
             "trend= is for zero-shot models, which standardise each context set by its own "
