@@ -63,6 +63,29 @@ def test_context_count_and_caps(grid):
     assert batch.target.size == 32
 
 
+def test_clustered_contexts_leave_gaps():
+    ds = grid_dataset(nt=2, ny=20, nx=24, seed=1)
+
+    def spacing(tasks):  # mean distance from each target to its nearest context point
+        from scipy.spatial import cKDTree
+
+        return np.mean([cKDTree(t.context.s).query(t.target.s)[0].mean() for t in tasks])
+
+    kw = {"context_count": 40, "max_targets": 4096}
+    uniform = TaskSampler(ds, "t2m", SpatialTasks(**kw), batch_size=16, seed=2).tasks(0)
+    clustered = TaskSampler(ds, "t2m", SpatialTasks(**kw, clustered=1.0), batch_size=16,
+                            seed=2).tasks(0)  # fmt: skip
+    assert spacing(clustered) > 1.5 * spacing(uniform)
+    for task in clustered:  # still a partition of the points into context and targets
+        context = {tuple(p) for p in task.context.s}
+        assert len(context) == 40
+        assert context.isdisjoint({tuple(p) for p in task.target.s})
+        assert len(task.target) == ds.lat.size * ds.lon.size - 40
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ConfigError, match="clustered"):
+            SpatialTasks(clustered=bad)
+
+
 def test_batches_use_a_bounded_number_of_shapes(grid):
     sampler = TaskSampler(grid, "t2m", SpatialTasks(context_fraction=(0.01, 0.99)), batch_size=2)
     shapes = {(sampler.batch(k).context.size, sampler.batch(k).target.size) for k in range(8)}

@@ -38,6 +38,7 @@ from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.data.times import match_hours, validation_cut
 from xnp.data.trend import DEGREES, Trend
 from xnp.errors import ConfigError, EmptyDataError
+from xnp.geo.sphere import unit_vectors
 from xnp.units import parse_bytes
 
 __all__ = ["TaskSampler"]
@@ -384,6 +385,13 @@ class TaskSampler:
                 return None
             n_context = spec.draw_context_size(rng, len(points))
             order = rng.permutation(len(points))
+            weights = spec.context_weights(rng, unit_vectors(points.s))
+            if weights is not None:  # a clustered context first, the rest in random order
+                first = rng.choice(
+                    len(points), n_context, replace=False, p=weights / weights.sum()
+                )
+                order = np.concatenate([first, np.setdiff1d(order, first, assume_unique=True)])
+                order[n_context:] = rng.permutation(order[n_context:])
             ctx = order[:n_context][: self._cap(spec.max_context)]
             tgt = order[n_context:][: self._cap(spec.max_targets)]
             context = targets = points

@@ -100,6 +100,11 @@ class SpatialTasks:
         Number of context points instead (fixed or a range); overrides the fraction.
     max_context, max_targets : int
         Caps on the points per task (random subsets beyond them).
+    clustered : float
+        Share of the tasks (0 to 1) whose context is drawn in clusters, as station
+        networks are (dense in some places, empty in others), instead of
+        uniformly: 1 to 8 centres, each point weighted by its nearness to them
+        (:meth:`context_weights`), so that the model meets wide gaps in training.
 
     Examples
     --------
@@ -111,6 +116,7 @@ class SpatialTasks:
     context_count: int | tuple[int, int] | None = None
     max_context: int = 4096
     max_targets: int = 4096
+    clustered: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("context_fraction", "context_count"):  # a list from JSON or by hand
@@ -122,6 +128,30 @@ class SpatialTasks:
             for count in _pair(self.context_count):
                 check_count(context_count=count)
         check_count(max_context=self.max_context, max_targets=self.max_targets)
+        real = isinstance(self.clustered, numbers.Real) and not isinstance(self.clustered, bool)
+        if not real or not 0.0 <= self.clustered <= 1.0:
+            raise ConfigError(
+                "SpatialTasks.clustered must be a share of the tasks in [0, 1]; got "
+                f"{self.clustered!r}."
+            )
+
+    def context_weights(self, rng: np.random.Generator, xyz: np.ndarray) -> np.ndarray | None:
+        """Weights ``[N]`` of the points ``xyz`` (unit vectors) for a clustered context.
+
+        None for a uniform draw (the share ``1 - clustered`` of the tasks).  Else
+        ``sum_c exp(-d_c / r)`` over 1 to 8 centres drawn among the points, ``d_c``
+        the chord distance to centre ``c`` and ``r`` log-uniform between 3 % and
+        30 % of the points' rms distance from their centroid, plus a floor of 1 %
+        of the mean weight so that no point is impossible.
+        """
+        if self.clustered <= 0.0 or rng.random() >= self.clustered:
+            return None
+        centres = xyz[rng.choice(len(xyz), size=int(rng.integers(1, 9)))]
+        spread = float(np.sqrt(np.mean(np.sum((xyz - xyz.mean(0)) ** 2, axis=1))))
+        radius = max(spread, 1e-12) * math.exp(rng.uniform(math.log(0.03), math.log(0.3)))
+        dist = np.linalg.norm(xyz[:, None, :] - centres[None], axis=-1)
+        weights = np.exp(-dist / radius).sum(axis=1)
+        return weights + 0.01 * weights.mean()
 
     def draw_context_size(self, rng: np.random.Generator, n: int) -> int:
         """Draw the number of context points for a task with ``n`` observed points (1 to n-1)."""
