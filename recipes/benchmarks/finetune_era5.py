@@ -24,6 +24,7 @@ of docs/benchmarks.md and docs/images/finetune_era5_curves.png.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -35,6 +36,7 @@ import numpy as np
 import xnp
 from xnp.baselines import GaussianProcess, OrdinaryKriging
 from xnp.data import SpatialTasks
+from xnp.data.tasks import task_to_dict
 from xnp.train import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,11 +49,14 @@ IMAGE = ROOT / "docs" / "images" / "finetune_era5_curves.png"
 COMMAND = "python recipes/benchmarks/finetune_era5.py"
 TRAIN_DAYS, VAL_DAYS = (0, 16 * 24), (16 * 24, 18 * 24)
 TASKS = SpatialTasks(context_count=(100, 400), max_context=512, max_targets=256)
+#: Half the tasks draw their context in clusters, as station networks are (set a priori).
+CLUSTERED = dataclasses.replace(TASKS, clustered=0.5)
+CACHE = Path.home() / ".cache" / "xnp" / "bench_finetune_era5"
 METRICS = ("rmse", "nll", "crps", "coverage_90", "coverage_95")
 
 
 def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float,
-        trend: str | None = None) -> xnp.NeuralProcess:  # fmt: skip
+        trend: str | None = None, tasks: SpatialTasks = TASKS) -> xnp.NeuralProcess:  # fmt: skip
     """A fit on days 1–16 (validated on days 17–18) for ``budget_min`` minutes."""
     era5 = stations.open_era5()
     train = era5.isel(time=slice(*TRAIN_DAYS))
@@ -59,16 +64,67 @@ def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float,
     config = TrainConfig(log_every=10, validate_every=10, checkpoint_every=10,
                          validation_batches=4)  # fmt: skip
     return train.np.fit(
-        "t2m", model=model, tasks=TASKS, validation=validation, batch_size=8,
+        "t2m", model=model, tasks=tasks, validation=validation, batch_size=8,
         learning_rate=learning_rate, time_budget=budget_min * 60.0, config=config,
         progress=False, trend=trend,
     )  # fmt: skip
+
+
+def cached_fit(name: str, budget_min: float, quick: bool, **kw) -> xnp.NeuralProcess:
+    """:func:`fit`, cached under ``name`` while the budget, tasks and trend are the same."""
+    path = CACHE / ("quick" if quick else "models") / name
+    if path.exists():
+        model = xnp.load(path)
+        run = model.training
+        same = (run.get("time_budget_s") == budget_min * 60.0
+                and run["task"] == task_to_dict(kw.get("tasks", TASKS))
+                and run.get("trend") == kw.get("trend")
+                and run["learning_rate"] == kw["learning_rate"])  # fmt: skip
+        if same:
+            print(f"{name}: cached ({run['step']} steps)", flush=True)
+            return model
+    print(f"{name}: fitting for {budget_min} min", flush=True)
+    model = fit(budget_min=budget_min, **kw)
+    model.save(path)
+    return model
+
+
+def random_cells_task(times: np.ndarray, fraction: float = 0.1, seed: int = 0):
+    """ERA5 at ``times`` with one random ``fraction`` of the cells as context, the rest targets."""
+    data = stations.open_era5()
+    n = data.latitude.size * data.longitude.size
+    cells = np.sort(np.random.default_rng(seed).choice(n, round(fraction * n), replace=False))
+    others = np.setdiff1d(np.arange(n), cells)
+    chosen = data.isel(time=times)
+    truth = stations.as_points(chosen, others, "cell")
+    context = stations.as_points(chosen, cells, "station")
+    return context, truth, truth.drop_vars("t2m").drop_dims("time")
 
 
 def scores(predict, context, truth, targets) -> list[float]:
     pred = predict(context, targets)
     s = xnp.evaluate(pred, truth, dim="cell")
     return [float(s[f"t2m_{m}"].mean()) for m in METRICS]
+
+
+def table(rows: list[tuple[str, list[float]]]) -> str:
+    return (
+        "| method | RMSE (K) | NLL | CRPS (K) | 90 % coverage | 95 % coverage |\n"
+        "|---|---|---|---|---|---|\n"
+        + "\n".join(f"| {n} | " + " | ".join(f"{v:.3f}" for v in vals) + " |" for n, vals in rows)
+    )
+
+
+def evaluate_all(methods: dict, task: tuple) -> list[tuple[str, list[float]]]:
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, predict in methods.items():
+            values = scores(predict, *task)
+            rows.append((name, values))
+            shown = ", ".join(f"{m} {v:.3f}" for m, v in zip(METRICS, values, strict=True))
+            print(f"  {name}: {shown}", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -81,76 +137,122 @@ def main() -> None:
         args.budget, args.no_write = 0.2, True
     start = time.perf_counter()
     base = xnp.pretrained("gp-sphere")
-    print(f"fine-tuning gp-sphere for {args.budget} min", flush=True)
-    tuned = fit("gp-sphere", args.budget, 1e-4)
-    print(f"training the same network from scratch for {args.budget} min", flush=True)
-    scratch_config = base.config
-    scratch = fit(scratch_config, args.budget, 5e-4)
-    context, truth, targets = era5_task(np.arange(18 * 24, 21 * 24, 6))
+    budget = args.budget
+    uniform = cached_fit("finetuned_uniform", budget, args.quick, model="gp-sphere",
+                         learning_rate=1e-4)  # fmt: skip
+    clustered = cached_fit("finetuned_clustered", budget, args.quick, model="gp-sphere",
+                           learning_rate=1e-4, tasks=CLUSTERED)  # fmt: skip
+    detrended = cached_fit("finetuned_clustered_trend", budget, args.quick, model="gp-sphere",
+                           learning_rate=1e-4, tasks=CLUSTERED, trend="linear")  # fmt: skip
+    scratch = cached_fit("scratch_clustered", budget, args.quick, model=base.config,
+                         learning_rate=5e-4, tasks=CLUSTERED)  # fmt: skip
+    steps = {m: m.training["step"] for m in (uniform, clustered, detrended, scratch)}
+    lin = {"trend": "linear"}
     methods = {
         "xnp gp-sphere zero-shot": lambda c, t: xnp.predict(base, c, t),
-        "xnp gp-sphere zero-shot, trend='linear'": lambda c, t: xnp.predict(
-            base, c, t, trend="linear"
-        ),
-        f"xnp gp-sphere fine-tuned ({tuned.training['step']} steps)": lambda c, t: xnp.predict(
-            tuned, c, t
-        ),
-        f"xnp from scratch, same network ({scratch.training['step']} steps)": (
-            lambda c, t: xnp.predict(scratch, c, t)
-        ),
+        "xnp gp-sphere zero-shot, trend='linear'": lambda c, t: xnp.predict(base, c, t, **lin),
+        f"xnp fine-tuned, uniform tasks ({steps[uniform]} steps)": (
+            lambda c, t: xnp.predict(uniform, c, t, trend="none")),
+        f"xnp fine-tuned, uniform tasks ({steps[uniform]} steps), trend='linear'": (
+            lambda c, t: xnp.predict(uniform, c, t, **lin)),
+        f"xnp fine-tuned, clustered tasks ({steps[clustered]} steps), trend='linear'": (
+            lambda c, t: xnp.predict(clustered, c, t, **lin)),
+        f"xnp fine-tuned, clustered tasks, trend removed in training too ({steps[detrended]} "
+        "steps), trend='linear'": lambda c, t: xnp.predict(detrended, c, t),
+        f"xnp from scratch, clustered tasks ({steps[scratch]} steps)": (
+            lambda c, t: xnp.predict(scratch, c, t)),
         "ordinary kriging (spherical)": OrdinaryKriging("spherical").predict,
         "exact GP, Matérn-5/2": GaussianProcess("matern52").predict,
-    }
-    rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, predict in methods.items():
-            values = scores(predict, context, truth, targets)
-            rows.append((name, values))
-            shown = ", ".join(f"{m} {v:.3f}" for m, v in zip(METRICS, values, strict=True))
-            print(f"{name}: {shown}", flush=True)
+    }  # fmt: skip
+    n_test = 3 if args.quick else 12
+    test_times = np.arange(18 * 24, 21 * 24, 6)[:n_test]
+    val_times = np.arange(16 * 24, 18 * 24, 6)[: 2 if args.quick else None]
+    print("validation frames (days 17–18), station cells:", flush=True)
+    val_rows = evaluate_all(methods, era5_task(val_times))
+    print("test frames, station cells:", flush=True)
+    rows = evaluate_all(methods, era5_task(test_times))
+    print("test frames, random 10 % of the cells:", flush=True)
+    random_rows = evaluate_all(methods, random_cells_task(test_times))
     write = not args.no_write
     image = IMAGE if write else Path(tempfile.gettempdir()) / IMAGE.name
     plot_learning_curves(
-        {"fine-tuned from gp-sphere": tuned, "from scratch": scratch}, image,
-        title="ERA5 at 218 station cells: fine-tuning vs from scratch",
+        {"fine-tuned from gp-sphere (clustered tasks)": clustered,
+         "from scratch (clustered tasks)": scratch}, image,
+        title="ERA5: fine-tuning vs from scratch",
         ylabel="validation NLL, days 17–18\n(each model's own units)",
     )  # fmt: skip
-    table = (
-        "| method | RMSE (K) | NLL | CRPS (K) | 90 % coverage | 95 % coverage |\n"
-        "|---|---|---|---|---|---|\n"
-        + "\n".join(f"| {n} | " + " | ".join(f"{v:.3f}" for v in vals) + " |" for n, vals in rows)
-    )
     by = dict(rows)
-    tuned_name = next(n for n in by if "fine-tuned" in n)
+    tuned_name = next(n for n in by if "clustered tasks (" in n and "fine-tuned" in n)
     zero = by["xnp gp-sphere zero-shot"]
     total = (time.perf_counter() - start) / 60.0
     text = (
         "## Fine-tuning the pretrained model on ERA5 (issue 28)\n\n"
-        f"`{COMMAND}`: {total:.0f} min. Machine: {machine()}.\n\n"
-        "ERA5 UK 2 m temperature, the 218 HadISD station cells as context and the other "
-        "1399 cells as targets, on the 12 six-hourly test frames of days 19–21 (the task "
-        "of `zero_shot_trend.py`; scores per frame, averaged). The fine-tuned model starts "
-        "from `gp-sphere` (`fit(model='gp-sphere')`, peak learning rate 1e-4); the "
-        "from-scratch model is the same network from a random initialisation (peak 5e-4); "
-        f"both train for {args.budget:g} min (`time_budget=`) on days 1–16 with "
-        "`SpatialTasks(context_count=(100, 400))` on hourly frames, validated on days "
-        "17–18, keeping the best validated weights. Nothing was chosen on the test frames "
-        "(the budget, tasks and learning rates were set before the run).\n\n"
-        + table
+        f"`{COMMAND}`: {total:.0f} min (fits cached in `~/.cache/xnp/{CACHE.name}`). "
+        f"Machine: {machine()}.\n\n"
+        "ERA5 UK 2 m temperature, interpolated at each frame from the values at some "
+        "cells: the 218 HadISD station cells (the task of `zero_shot_trend.py`), or one "
+        "random 10 % of the cells (162; the same cells at every frame); targets: every "
+        "other cell; scores per frame, averaged. The fine-tuned models start from "
+        "`gp-sphere` (`fit(model='gp-sphere')`, peak learning rate 1e-4); the "
+        "from-scratch model is the same network from a random initialisation (peak "
+        f"5e-4, normalised by the training data); each trains for {budget:g} min "
+        "(`time_budget=`) on hourly frames of days 1–16, validated on days 17–18, "
+        "keeping the best validated weights. Training tasks: 100–400 context cells, "
+        "either drawn uniformly (`SpatialTasks(context_count=(100, 400))`) or, in half "
+        "the tasks, in clusters as station networks are (`clustered=0.5`); one more "
+        "fine-tune removes each training context's plane (`fit(..., trend='linear')`).\n\n"
+        "**How the settings were chosen.** On the 8 six-hourly frames of the validation "
+        "days (17–18, station cells), never on the test frames: predicting with "
+        "`trend='linear'` (a fine-tuned model is context-standardised like the zero-shot "
+        "one, so the zero-shot trend applies), and clustered training contexts, each "
+        "improved every score there (an experiment before this run: fine-tuned on uniform "
+        "tasks, RMSE 0.824 → 0.654 K with the trend; clustered tasks, 0.588 K). Removing "
+        "the trend in training too did not improve the NLL or CRPS there (it also makes "
+        "fewer steps in the budget: the GLS fit per task costs time), so the model reported "
+        "as *the* fine-tuned one learns plain contexts and takes the trend at prediction. "
+        "The budget, the learning rates and `clustered=0.5` were set before any run. "
+        "The validation scores:\n\n"
+        + table(val_rows)
+        + "\n\n**Test frames (days 19–21, 12 frames), the 218 station cells as "
+        "context:**\n\n"
+        + table(rows)
+        + "\n\n**Test frames, a random 10 % of the cells as context:**\n\n"
+        + table(random_rows)
         + f"\n\n![Validation NLL against training minutes](images/{IMAGE.name})\n\n"
         "The curves are in each model's own normalised units (the fine-tuned model "
         "standardises each context by its own statistics, the from-scratch model by the "
-        "training data's), so compare their shapes, not their levels; the table compares "
+        "training data's), so compare their shapes, not their levels; the tables compare "
         "both in kelvin on the test frames.\n\n"
-        f"Fine-tuning changed the RMSE from {zero[0]:.3f} K (zero-shot) to "
-        f"{by[tuned_name][0]:.3f} K and the CRPS from {zero[2]:.3f} K to "
-        f"{by[tuned_name][2]:.3f} K; 95 % coverage {zero[4]:.2f} → {by[tuned_name][4]:.2f}.\n"
+        + summary(by, dict(random_rows), tuned_name, zero)
+        + "\n"
     )
     print(text)
     if write:
         write_section("finetune_era5", text)
         print("wrote the finetune_era5 section of docs/benchmarks.md")
+
+
+def summary(by: dict, by_random: dict, tuned: str, zero: list[float]) -> str:
+    """The comparison with the baselines and the issue's goals, computed from the tables."""
+    krig, gp = by["ordinary kriging (spherical)"], by["exact GP, Matérn-5/2"]
+    ours = by[tuned]
+    goals = [
+        ("RMSE ≤ 0.58 K", ours[0] <= 0.58),
+        ("NLL below kriging and the Matérn GP", ours[1] < min(krig[1], gp[1])),
+        ("CRPS below kriging and the Matérn GP", ours[2] < min(krig[2], gp[2])),
+        ("95 % coverage in [0.93, 0.97]", 0.93 <= ours[4] <= 0.97),
+    ]
+    rand_ours, rand_gp = by_random[tuned], by_random["exact GP, Matérn-5/2"]
+    goals.append(("random 10 %: RMSE, NLL and CRPS below the Matérn GP",
+                  all(rand_ours[i] < rand_gp[i] for i in range(3))))  # fmt: skip
+    return (
+        f"At the station cells, {tuned}: RMSE {ours[0]:.3f} K (zero-shot {zero[0]:.3f}, "
+        f"kriging {krig[0]:.3f}, Matérn GP {gp[0]:.3f}), NLL {ours[1]:.3f} (kriging "
+        f"{krig[1]:.3f}, GP {gp[1]:.3f}), CRPS {ours[2]:.3f} K (kriging {krig[2]:.3f}, GP "
+        f"{gp[2]:.3f}), 95 % coverage {ours[4]:.2f}. Goals of issue 28 (fine-tuned path): "
+        + "; ".join(f"{text}: {'met' if ok else 'not met'}" for text, ok in goals)
+        + "."
+    )
 
 
 if __name__ == "__main__":
