@@ -263,13 +263,33 @@ def test_fit_a_forecast_of_changes_for_several_leads(capsys, tmp_path):
     data.to_netcdf(tmp_path / "series.nc")
     status, _, err = run(capsys, "fit", tmp_path / "series.nc", "field", "--out", tmp_path / "m",
                          "--model", "bsa-tnp-tiny", "--tasks", "forecast", "--lead", "12,6",
-                         "--baseline", "persistence+diurnal", "--steps", "2", "--batch-size",
+                         "--baseline", "autoregressive", "--steps", "2", "--batch-size",
                          "3", "--validation", "0", "--no-progress", "--quiet")  # fmt: skip
     assert status == 0, err
     model = xnp.load(tmp_path / "m")
     assert model.task.leads == (6.0, 12.0)
-    assert model.baseline.kind == "persistence+diurnal"
+    assert model.baseline.kind == "autoregressive"
     assert model.baseline.leads.tolist() == [6.0, 12.0]
+    assert model.baseline.coef.shape[:2] == (2, model.baseline.hours.size)
+
+
+def test_forecast_tasks_keep_the_datas_default_baseline_unless_told():
+    import argparse
+
+    from xnp.api.sizes import default_tasks
+    from xnp.cli.fit_command import forecast_tasks
+
+    data = xnp.datasets.gp_sphere(n_lat=4, n_lon=6, n_time=16, seed=4)
+    default = default_tasks(data, "field", 0.1).baseline
+    assert default is not None
+
+    def tasks(baseline):
+        args = argparse.Namespace(tasks="forecast", lead=None, baseline=baseline)
+        return forecast_tasks(args, data, "field", 0.1)
+
+    assert tasks(None).baseline == default
+    assert tasks("none").baseline is None
+    assert tasks("autoregressive").baseline == "autoregressive"
 
 
 def test_debug_shows_the_traceback(tmp_path):

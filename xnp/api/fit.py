@@ -24,6 +24,7 @@ import xarray as xr
 from flax import nnx
 
 from xnp.api.finetune import (
+    FINE_TUNE_CLUSTERED,
     FINE_TUNE_LEARNING_RATE,
     FINE_TUNE_STEPS,
     as_pretrained,
@@ -132,7 +133,8 @@ def fit(
         ``dim_y`` and ``temporal_bias`` are set from the data and tasks.  Or a
         pretrained model to **fine-tune**: its name (:func:`xnp.available_pretrained`,
         e.g. ``"gp-sphere"``) or a zero-shot model; training then starts from its
-        weights, interpolation tasks are the default, and the fitted model
+        weights, interpolation tasks are the default (half of them with clustered
+        contexts, ``SpatialTasks(clustered=0.5)``), and the fitted model
         standardises each context by its own statistics, as the pretrained one does
         (:mod:`xnp.api.finetune`).
     covariates : list of str
@@ -286,8 +288,9 @@ def fit(
             fraction = float(validation)
     if tasks is not None:
         task = tasks
-    elif base is not None:  # a pretrained model interpolates
-        task = SpatialTasks(max_context=DEFAULT_MAX_POINTS, max_targets=DEFAULT_MAX_POINTS)
+    elif base is not None:  # a pretrained model interpolates; half the contexts clustered
+        task = SpatialTasks(max_context=DEFAULT_MAX_POINTS, max_targets=DEFAULT_MAX_POINTS,
+                            clustered=FINE_TUNE_CLUSTERED)  # fmt: skip
     else:
         task = default_tasks(data, variables[0], fraction or 0.1)
     if isinstance(validation, xr.Dataset):  # (for forecasts: targets only)
