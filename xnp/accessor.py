@@ -41,6 +41,9 @@ class _NPAccessor:
         progress: bool = False,
         context_sources: dict[str, Any] | None = None,
         trend: str | None = None,
+        samples: int | None = None,
+        sample_step: int = 64,
+        seed: int = 0,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
@@ -54,6 +57,7 @@ class _NPAccessor:
             model, self._obj, targets, time=time, lead_time=lead_time,
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
             progress=progress, context_sources=context_sources, trend=trend,
+            samples=samples, sample_step=sample_step, seed=seed,
         )  # fmt: skip
 
     def evaluate(

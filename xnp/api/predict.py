@@ -57,6 +57,9 @@ def predict(
     progress: bool = False,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
     trend: str | None = None,
+    samples: int | None = None,
+    sample_step: int = 64,
+    seed: int = 0,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -122,11 +125,32 @@ def predict(
         correlation lengths the plane costs a little accuracy (see the
         benchmarks).
 
+    samples : int, optional
+        Also draw this many joint samples of the field at the targets,
+        ``{variable}_samples`` with a leading ``sample`` dimension, by
+        autoregressive sampling (:mod:`xnp.infer.sampling`): the targets are
+        visited in a random order per sample, ``sample_step`` at a time, each drawn
+        from the model's prediction given the context and the values drawn before
+        it.  Their marginals match ``{variable}_mean``/``_std``; unlike them, they
+        carry the correlations between targets, for anything non-linear downstream
+        (the area above a threshold, a regional mean with its uncertainty).  Cost:
+        ``ceil(M / sample_step)`` passes over a context growing to ``N + M`` points
+        for ``M`` targets.  Eager only (no ``chunks`` or ``context_radius``).  With
+        a ``trend``, each sample adds the trend with one draw of its estimation
+        error, shared by its targets.
+    sample_step : int
+        Targets drawn per step of the sampling (1 is the exact chain rule; larger
+        steps treat the targets of a step as independent given the rest: faster,
+        and close when they lie far apart, as random orders make likely).
+    seed : int
+        Seed of the samples' orders and draws.
+
     Returns
     -------
     xr.Dataset
         ``{variable}_mean`` and ``{variable}_std`` (float32) on the target coordinates (and
-        ``time``), with ``units``, ``long_name`` and provenance attributes.  For a
+        ``time``), with ``units``, ``long_name`` and provenance attributes (and
+        ``{variable}_samples`` with ``samples``).  For a
         forecast model: on ``init_time`` and ``lead_time`` (dimensions, or scalar
         coordinates when ``time``/``lead_time`` are scalars), with the
         ``valid_time = init_time + lead_time`` coordinate.
@@ -136,5 +160,6 @@ def predict(
     return predict_with(
         model, data, targets, time=time, lead_time=lead_time, context_radius=context_radius,
         chunks=chunks, memory_budget=memory_budget, progress=progress,
-        context_sources=context_sources, trend=trend,
+        context_sources=context_sources, trend=trend, samples=samples,
+        sample_step=sample_step, seed=seed,
     )  # fmt: skip

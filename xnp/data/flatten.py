@@ -419,7 +419,7 @@ def predictions_to_xarray(
 def prediction_attrs(
     name: str | None, kind: str | None, source: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """CF attributes of the prediction ``{name}_{kind}`` (kind ``"mean"`` or ``"std"``).
+    """CF attributes of the prediction ``{name}_{kind}`` (``"mean"``, ``"std"`` or ``"samples"``).
 
     ``units`` of the source variable, a ``long_name`` saying what it is, and
     provenance attributes naming xnp's version.  With ``name=None`` only the
@@ -433,7 +433,8 @@ def prediction_attrs(
     provenance = {"source": f"xnp {__version__} neural process", "xnp_version": __version__}
     if name is None:
         return provenance
-    what = {"mean": "mean", "std": "standard deviation"}[kind]
+    what = {"mean": "predictive mean", "std": "predictive standard deviation",
+            "samples": "joint samples"}[kind]  # fmt: skip
     units = {"units": source["units"]} if "units" in source else {}
     long_name = source.get("long_name", name)
-    return {**units, "long_name": f"predictive {what} of {long_name}", **provenance}
+    return {**units, "long_name": f"{what} of {long_name}", **provenance}

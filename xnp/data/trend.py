@@ -251,6 +251,31 @@ class Trend:
         var = np.einsum("np,jpq,nq->nj", design, self.cov, design)
         return mean, np.maximum(var, 0.0)
 
+    def draw_error(
+        self,
+        s: np.ndarray,
+        std: np.ndarray,
+        prior_std: np.ndarray | None,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """One draw ``[N, Dy]`` of the trend estimate's error at ``s``, weighed as in add_to.
+
+        The coefficients' error is drawn once from their covariance, so it is shared
+        by all the points (a joint sample of the field); each point takes it in the
+        share ``λ`` of :meth:`add_to`, so its variance there is ``λ`` times the
+        estimate's, as in the predictive variance.
+        """
+        s = np.asarray(s, np.float64)
+        design = self._design(unit_vectors(s) if self.spherical else s, self.basis, self.origin)
+        out = np.empty((len(s), self.coef.shape[1]))
+        for j in range(self.coef.shape[1]):
+            delta = rng.multivariate_normal(np.zeros(len(self.coef)), self.cov[j])
+            out[:, j] = design @ delta
+        share = np.ones_like(out)
+        if prior_std is not None:
+            share = np.minimum(1.0, (np.asarray(std, np.float64) / prior_std) ** 2)
+        return np.sqrt(share) * out
+
     def add_to(
         self,
         s: np.ndarray,

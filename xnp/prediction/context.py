@@ -70,6 +70,10 @@ class Options:
     #: "constant" / "linear": a zero-shot model interpolates the residuals of the
     #: context's GLS mean or plane
     trend: str | None = None
+    #: joint samples per prediction (None: none), targets drawn per step, their seed
+    samples: int | None = None
+    sample_step: int = 64
+    seed: int = 0
 
 
 def model_points(

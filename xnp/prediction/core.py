@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from xnp.data.coords import find_coords, locators_as_coords
@@ -22,6 +23,7 @@ from xnp.prediction.context import Options, check_sources, coord_names, zero_sho
 from xnp.prediction.forecast import forecast
 from xnp.prediction.frames import predict_each_time
 from xnp.prediction.run import one_time
+from xnp.prediction.samples import check_sampling
 from xnp.prediction.templates import check_chunks, checked_dataset, template_of
 from xnp.units import parse_distance_km
 
@@ -51,6 +53,9 @@ def predict_with(
     progress: bool = False,
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
     trend: str | None = None,
+    samples: int | None = None,
+    sample_step: int = 64,
+    seed: int = 0,
 ) -> xr.Dataset:
     """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
 
@@ -89,8 +94,18 @@ def predict_with(
     # the user's chunks, else those of a dask-backed template
     chunks = check_chunks(chunks, template) or check_chunks(where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
+    for name, value in (("samples", samples), ("sample_step", sample_step), ("seed", seed)):
+        if value is None and name == "samples":
+            continue
+        integral = isinstance(value, int | np.integer) and not isinstance(value, bool)
+        least = 0 if name == "seed" else 1
+        if not integral or value < least:
+            what = "a non-negative" if least == 0 else "a positive"
+            raise ConfigError(f"{name} must be {what} integer; got {value!r}.")
     opts = Options(radius_km, chunks, memory_budget, progress,
-                    check_sources(model, context_sources), trend)  # fmt: skip
+                   check_sources(model, context_sources), trend, samples, sample_step,
+                   seed)  # fmt: skip
+    check_sampling(opts)
     layout = find_coords(data, model.variables[0], **coord_names(model, data))
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task

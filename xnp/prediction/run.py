@@ -23,6 +23,7 @@ from xnp.prediction.context import (
     prior_std,
 )
 from xnp.prediction.guards import check_within_radius, extent_text, outside_grid, warn_far_targets
+from xnp.prediction.samples import joint_samples
 from xnp.prediction.templates import ONE_PLACE, at_one_place
 
 __all__ = ["one_time", "run_targets"]
@@ -89,10 +90,14 @@ def run_targets(
         mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
     mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
     mean, std = mean[0], std[0]
+    samples = {}
+    if opts.samples is not None:  # joint draws, mapped as the mean is
+        samples = joint_samples(ctx, tgt_ps, targets, opts, std, offset)
     if offset is not None:
         mean, std = offset.add_to(tgt_ps.s, mean, std, prior_std(model))
-    return predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
-                                 list(model.variables), attrs=ctx.attrs)  # fmt: skip
+    out = predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),
+                                list(model.variables), attrs=ctx.attrs)  # fmt: skip
+    return out.assign(samples) if samples else out
 
 
 def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
