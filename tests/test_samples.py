@@ -13,6 +13,10 @@ LENGTHSCALE_KM, NOISE, STD = 600.0, 0.05, 5.0
 
 @pytest.fixture(scope="module")
 def field():
+    return make_field()
+
+
+def make_field():
     """A small GP field (known kernel), 8 context cells and 10 neighbouring targets."""
     ds = xnp.datasets.gp_sphere(n_lat=8, n_lon=8, n_time=1, lat_range=(44, 52),
                                 lon_range=(-4, 4), lengthscale_km=LENGTHSCALE_KM,
