@@ -60,6 +60,29 @@ class _NPAccessor:
             samples=samples, sample_step=sample_step, seed=seed,
         )  # fmt: skip
 
+    def place_sensors(
+        self,
+        model: NeuralProcess | str | os.PathLike,
+        candidates: Any,
+        region: Any,
+        n_sites: int,
+        *,
+        acquisition: str = "mean_std",
+        truth: Any = None,
+        batch_size: int = 64,
+        progress: bool = True,
+    ) -> xr.Dataset:
+        """Choose ``n_sites`` new sites among ``candidates`` with these observations as context.
+
+        See :func:`xnp.placement.place_sensors`.
+        """
+        from xnp.placement import place_sensors
+
+        return place_sensors(
+            model, self._obj, candidates, region, n_sites, acquisition=acquisition,
+            truth=truth, batch_size=batch_size, progress=progress,
+        )  # fmt: skip
+
     def evaluate(
         self,
         pred: xr.Dataset,

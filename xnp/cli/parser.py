@@ -1,6 +1,6 @@
-"""The ``xnp`` argument parser: its four subcommands, their options and help.
+"""The ``xnp`` argument parser: its subcommands, their options and help.
 
-The command line is built with :mod:`argparse` from the standard library: four
+The command line is built with :mod:`argparse` from the standard library: five
 subcommands with plain options need no third-party CLI framework, so the command
 adds no dependency.  Each subcommand's parser names the function that runs it
 (``func``), imported from its command module only when it runs, so building the
@@ -10,8 +10,6 @@ parser (``xnp --help``, or a usage error) imports neither xarray nor JAX.
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from xnp.cli.defaults import (
@@ -33,68 +31,10 @@ from xnp.cli.options import (
     positive_int,
     quantity,
 )
+from xnp.cli.parser_base import EPILOG, Formatter, add_common, command
+from xnp.cli.parser_scores import add_evaluate, add_place
 
 __all__ = ["EPILOG", "build_parser"]
-
-EPILOG = """\
-exit status:
-  0    success
-  1    the command failed (missing or unreadable file, unknown variable,
-       incompatible model, ...); the reason is printed as "xnp: error: ..."
-  2    invalid command line (unknown option or bad option value)
-  130  interrupted
-"""
-
-
-def _command(module: str, name: str) -> Callable[..., int]:
-    """The function ``name`` of ``xnp.cli.<module>``, imported when the command runs.
-
-    The command modules import xarray and the data layer; ``xnp --help`` and an
-    invalid command line need none of it.
-    """
-
-    def run(*args: Any) -> int:
-        return getattr(importlib.import_module(f"xnp.cli.{module}"), name)(*args)
-
-    run.__name__ = name
-    return run
-
-
-class _Formatter(argparse.HelpFormatter):
-    """Wraps one-paragraph descriptions; keeps multi-line text (the epilog) as written."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=32)
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
-
-
-def _common(sub: argparse.ArgumentParser) -> None:
-    """Options every subcommand has (they may also come before the subcommand)."""
-    group = sub.add_argument_group("output and logging")
-    group.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="print only warnings and errors (and no progress bars)",
-    )
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="print debugging messages",
-    )
-    group.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="show the full traceback when a command fails",
-    )
 
 
 def _add_demo(subs: Any) -> None:
@@ -105,7 +45,7 @@ def _add_demo(subs: Any) -> None:
         "regular latitude/longitude grid from a few hundred scattered observations (lazily, "
         "over dask blocks), and write the model, the prediction and a plot into --out. "
         "Existing demo outputs in --out are replaced.",
-        epilog=EPILOG, formatter_class=_Formatter,
+        epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     p.add_argument(
         "--out",
@@ -179,8 +119,8 @@ def _add_demo(subs: Any) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide progress bars"
     )
-    _common(p)
-    p.set_defaults(func=_command("demo", "run_demo"), _parser=p)
+    add_common(p)
+    p.set_defaults(func=command("demo", "run_demo"), _parser=p)
 
 
 def _source_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -201,7 +141,7 @@ def _add_fit(subs: Any) -> None:
         "fit", help="train a neural process on a dataset and save it",
         description="Train a neural process to predict VARIABLE from the data in DATA "
         "(netCDF or zarr; gridded or stations, with or without time) and save it to --out.",
-        epilog=EPILOG, formatter_class=_Formatter,
+        epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     p.add_argument("data", metavar="DATA", help="training data: a netCDF file or zarr store")
     p.add_argument(
@@ -340,8 +280,8 @@ def _add_fit(subs: Any) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
     )
-    _common(p)
-    p.set_defaults(func=_command("fit_command", "run_fit"), _parser=p)
+    add_common(p)
+    p.set_defaults(func=command("fit_command", "run_fit"), _parser=p)
 
 
 def _add_predict(subs: Any) -> None:
@@ -354,7 +294,7 @@ def _add_predict(subs: Any) -> None:
         "CONTEXT when TARGETS is left out (gap filling).  A pretrained (zero-shot) model "
         "predicts the one variable CONTEXT holds, whatever its name.  The prediction is "
         "computed lazily, one dask block at a time, while it is written.",
-        epilog=EPILOG, formatter_class=_Formatter,
+        epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     p.add_argument(
         "model",
@@ -437,45 +377,12 @@ def _add_predict(subs: Any) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
     )
-    _common(p)
-    p.set_defaults(func=_command("predict_command", "run_predict"), _parser=p)
-
-
-def _add_evaluate(subs: Any) -> None:
-    p = subs.add_parser(
-        "evaluate", help="score a prediction against the truth",
-        description="Score the prediction PRED (xnp predict --out) against observed values "
-        "in TRUTH and print a table of the scores (xnp.evaluate).",
-        epilog=EPILOG, formatter_class=_Formatter,
-    )  # fmt: skip
-    p.add_argument("pred", metavar="PRED", help="prediction: netCDF file or zarr store")
-    p.add_argument("truth", metavar="TRUTH", help="true values: netCDF file or zarr store")
-    p.add_argument(
-        "--variables",
-        type=parse_names,
-        metavar="NAMES",
-        help="comma-separated variables to score (default: every predicted one)",
-    )
-    p.add_argument(
-        "--dim",
-        type=parse_names,
-        metavar="DIMS",
-        help="comma-separated dimensions to average over, e.g. lat,lon for scores per time "
-        "(default: all, one score per variable)",
-    )
-    p.add_argument("--out", metavar="FILE", help="also write the scores to .nc or .zarr")
-    p.add_argument(
-        "--format",
-        choices=("zarr", "netcdf"),
-        help="format of --out (default: from its extension)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    _common(p)
-    p.set_defaults(func=_command("evaluate_command", "run_evaluate"), _parser=p)
+    add_common(p)
+    p.set_defaults(func=command("predict_command", "run_predict"), _parser=p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``xnp`` argument parser with its four subcommands.
+    """The ``xnp`` argument parser with its subcommands.
 
     Examples
     --------
@@ -489,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Transformer neural processes for xarray: fit on gridded or station "
         "data, predict mean and standard deviation anywhere.  Run `xnp COMMAND --help` "
         "for the options of a command; `xnp demo` shows everything in about a minute.",
-        epilog=EPILOG, formatter_class=_Formatter,
+        epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"xnp {__version__}")
     group = parser.add_argument_group("output and logging")
@@ -504,6 +411,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the full traceback when a command fails"
     )
     subs = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_fit, _add_predict, _add_evaluate):
+    for add in (_add_demo, _add_fit, _add_predict, add_evaluate, add_place):
         add(subs)
     return parser

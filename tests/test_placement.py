@@ -1,0 +1,109 @@
+"""Greedy sensor placement (issue 30, item 1)."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import xnp
+from xnp.cli import main
+from xnp.errors import ConfigError, EmptyDataError
+from xnp.placement import place_sensors
+
+
+@pytest.fixture(scope="module")
+def field():
+    ds = xnp.datasets.gp_sphere(
+        n_lat=6, n_lon=8, n_time=1, lat_range=(48, 54), lon_range=(-6, 2),
+        lengthscale_km=400.0, seed=3,
+    ).isel(time=0)  # fmt: skip
+    context = ds.where((ds.lat < 51) & (ds.lon < -1))  # observed in one corner
+    return ds, context
+
+
+@pytest.fixture(scope="module")
+def model():
+    return xnp.pretrained("gp-sphere")
+
+
+@pytest.fixture(scope="module")
+def fitted(field):
+    """A fitted model: its normalisation does not depend on the context (unlike zero-shot)."""
+    ds, _ = field
+    return ds.np.fit("field", model="bsa-tnp-tiny", steps=2, batch_size=2, progress=False,
+                     validation=None)  # fmt: skip
+
+
+def with_site(context, lat, lon, value):
+    """The context with one more observation (a grid cell set to ``value``)."""
+    out = context.copy(deep=True)
+    out["field"].loc[{"lat": lat, "lon": lon}] = value
+    return out
+
+
+def test_the_greedy_step_matches_a_brute_force_reference(field, fitted):
+    ds, context = field
+    model = fitted
+    grid = ds.drop_vars("field")
+    out = place_sensors(model, context, grid, grid, n_sites=2, progress=False)
+    assert out.sizes == {"step": 2, "candidate": ds.lat.size * ds.lon.size, "variable": 1}
+    assert out.site_index[0] != out.site_index[1]
+    # the slow reference: every fifth candidate added by hand with the model's mean there,
+    # the whole grid predicted with xnp.predict, the mean std over it
+    base = xnp.predict(model, context, grid)
+    scores = out.acquisition_map.isel(step=0).values
+    for i in range(0, scores.size, 5):
+        lat, lon = float(out.candidate_lat[i]), float(out.candidate_lon[i])
+        value = float(base.field_mean.sel(lat=lat, lon=lon))
+        if np.isfinite(float(context.field.sel(lat=lat, lon=lon))):
+            continue  # an observed cell: adding it again is allowed but not compared here
+        pred = xnp.predict(model, with_site(context, lat, lon, value), grid)
+        np.testing.assert_allclose(scores[i], float(pred.field_std.mean()), rtol=1e-4)
+    # each site lowers the mean std over the region; the chosen one is the best
+    assert out.acquisition[0] < out.acquisition_before
+    assert out.acquisition[1] < out.acquisition[0]
+    assert out.acquisition[0] == np.nanmin(scores)
+    assert np.isnan(out.acquisition_map.isel(step=1)[int(out.site_index[0])])
+
+
+def test_masks_oracle_and_std_acquisitions(field, model):
+    ds, context = field
+    allowed = ds.field.notnull() & (ds.lat > 52)  # a boolean mask of allowed cells
+    out = place_sensors(model, context, allowed, ds.drop_vars("field"), n_sites=1,
+                        acquisition="std", progress=False)  # fmt: skip
+    assert (out.site_lat > 52).all()
+    assert out.sizes["candidate"] == int(allowed.sum())
+    oracle = place_sensors(model, context, ds.drop_vars("field"), ds.drop_vars("field"),
+                           n_sites=1, acquisition="oracle_rmse", truth=ds, progress=False,
+                           batch_size=7)  # fmt: skip
+    pick = int(oracle.site_index[0])
+    lat, lon = float(oracle.site_lat[0]), float(oracle.site_lon[0])
+    np.testing.assert_allclose(oracle.site_value.values[0, 0],
+                               float(ds.field.sel(lat=lat, lon=lon)), rtol=1e-5)  # fmt: skip
+    assert oracle.acquisition_map[0, pick] == np.nanmin(oracle.acquisition_map[0])
+
+
+def test_clear_errors(field, model):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    with pytest.raises(ConfigError, match="more than"):
+        place_sensors(model, context, grid.isel(lat=[0], lon=[0, 1]), grid, 3, progress=False)
+    with pytest.raises(EmptyDataError, match="candidates"):
+        place_sensors(model, context, ds.field.notnull() & False, grid, 1, progress=False)
+    with pytest.raises(ConfigError, match="truth"):
+        place_sensors(model, context, grid, grid, 1, acquisition="oracle_nll", progress=False)
+    with pytest.raises(ConfigError, match="acquisition"):
+        place_sensors(model, context, grid, grid, 1, acquisition="entropy", progress=False)
+
+
+def test_the_accessor_and_the_command_line(field, model, tmp_path, capsys):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    out = context.np.place_sensors(model, grid, grid, 1, progress=False)
+    context.to_netcdf(tmp_path / "obs.nc")
+    xr.Dataset(coords=grid.coords).to_netcdf(tmp_path / "grid.nc")
+    status = main(["place", "gp-sphere", str(tmp_path / "obs.nc"), str(tmp_path / "grid.nc"),
+                   "-n", "1", "--out", str(tmp_path / "sites.nc"), "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    written = xr.open_dataset(tmp_path / "sites.nc")
+    np.testing.assert_allclose(written.site_lat, out.site_lat)
+    assert "site 1: lat" in capsys.readouterr().out

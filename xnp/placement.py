@@ -1,0 +1,345 @@
+"""Sensor placement: where new observations would most improve a map (greedy).
+
+:func:`place_sensors` chooses new sites one at a time.  At each step every
+remaining candidate is tried: it joins the context with a value, the model
+predicts the region to be mapped, and an acquisition scores the result; the best
+candidate is kept and the next step starts from the context with it.  Candidates
+are tried in batches along the batch axis of one conditioning pass, so thousands
+of them per step stay fast.
+
+The context is read and normalised once, from the current observations (for a
+zero-shot model: its standardisation and working size), and kept as sites are tried
+and added, so every candidate is scored on the same footing.
+
+A new site's value is unknown before it is built.  As DeepSensor does, it is taken
+to be the model's predictive mean at the site (given the context so far); only an
+*oracle* acquisition, for evaluation when the truth is known, uses the true value.
+
+Acquisitions (lower is better, except ``"std"``):
+
+``"mean_std"``
+    the mean predictive standard deviation over the region;
+``"mean_variance"``
+    the mean predictive variance over the region;
+``"std"``
+    the predictive standard deviation at the candidate itself (before adding it:
+    the most uncertain place; higher is better, and no region pass is needed);
+``"oracle_rmse"``, ``"oracle_nll"``
+    the RMSE or Gaussian NLL of the map over the region against ``truth``, after
+    adding the candidate with its true value.
+
+Examples
+--------
+>>> import numpy as np
+>>> import xnp
+>>> field = xnp.datasets.gp_sphere(
+...     n_lat=6, n_lon=8, n_time=1, lat_range=(48, 54), lon_range=(-6, 2), lengthscale_km=400.0
+... ).isel(time=0)
+>>> obs = field.where((field.lat < 50) & (field.lon < -2))  # observed in one corner
+>>> out = place_sensors(
+...     xnp.pretrained("gp-sphere"),
+...     obs,
+...     field.drop_vars("field"),
+...     field.drop_vars("field"),
+...     n_sites=2,
+...     progress=False,
+... )
+>>> out.sizes["step"], bool(out.acquisition[1] < out.acquisition_before)
+(2, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy.spatial import cKDTree
+from tqdm.auto import tqdm
+
+from xnp.arrays import Points
+from xnp.data.coords import locators_as_coords
+from xnp.data.flatten import PointSet, to_points
+from xnp.data.normalise import is_zero_shot
+from xnp.data.tasks import ForecastTasks, WindowTasks
+from xnp.errors import ConfigError, EmptyDataError
+from xnp.geo.sphere import unit_vectors
+from xnp.prediction.context import (
+    Options,
+    build_context,
+    coord_names,
+    model_points,
+    prior_std,
+    zero_shot_variable,
+)
+from xnp.prediction.core import check_model
+from xnp.prediction.guards import outside_grid
+from xnp.prediction.templates import checked_dataset, template_of
+from xnp.shipped import resolve_model
+
+__all__ = ["ACQUISITIONS", "place_sensors"]
+
+#: The acquisitions, and whether a higher score is better.
+ACQUISITIONS = {
+    "mean_std": False,
+    "mean_variance": False,
+    "std": True,
+    "oracle_rmse": False,
+    "oracle_nll": False,
+}
+
+
+def place_sensors(
+    model: Any,
+    context: xr.Dataset | xr.DataArray,
+    candidates: xr.Dataset | xr.DataArray,
+    region: xr.Dataset | xr.DataArray,
+    n_sites: int,
+    *,
+    acquisition: str = "mean_std",
+    truth: xr.Dataset | xr.DataArray | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> xr.Dataset:
+    """Choose ``n_sites`` new observation sites greedily from ``candidates``.
+
+    Parameters
+    ----------
+    model : NeuralProcess, path or str
+        An interpolation model (fitted, fine-tuned or zero-shot).
+    context : Dataset or DataArray
+        The current observations (one time).
+    candidates : Dataset or DataArray
+        Where a site may go: the points of a grid or station table (their
+        coordinates; data variables other than the model's covariates are
+        ignored), or a boolean DataArray whose True cells are allowed.
+    region : Dataset or DataArray
+        The targets whose prediction the sites should improve (e.g. the whole
+        grid).
+    n_sites : int
+        How many sites to choose (at most the number of candidates).
+    acquisition : str
+        What a site should improve (see the module): ``"mean_std"`` (default),
+        ``"mean_variance"``, ``"std"``, ``"oracle_rmse"`` or ``"oracle_nll"``.
+    truth : Dataset or DataArray, optional
+        The true field at the candidates and the region (same coordinates), for
+        the oracle acquisitions.
+    batch_size : int
+        Candidates tried per conditioning pass.
+    progress : bool
+        Show a progress bar over the steps.
+
+    Returns
+    -------
+    xr.Dataset
+        Along ``step``: ``site_lat``, ``site_lon``, ``site_index`` (into the
+        candidates), ``site_value`` (the value the site was added with, in the
+        variable's units) and ``acquisition`` (the score after adding it); along
+        ``(step, candidate)``: ``acquisition_map`` (each candidate's score at each
+        step; NaN for sites already chosen); ``acquisition_before`` (the score of
+        the context alone; for ``"std"``, the largest std at a candidate).
+    """
+    if acquisition not in ACQUISITIONS:
+        raise ConfigError(f"acquisition must be one of {list(ACQUISITIONS)}; got {acquisition!r}.")
+    for name, value in (("n_sites", n_sites), ("batch_size", batch_size)):
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+    oracle = acquisition.startswith("oracle")
+    if oracle and truth is None:
+        raise ConfigError(f"acquisition={acquisition!r} scores against the truth; pass truth=.")
+    model = check_model(resolve_model(model) if isinstance(model, str) else model)
+    task = getattr(model, "task", None)
+    if isinstance(task.task if isinstance(task, WindowTasks) else task, ForecastTasks):
+        raise ConfigError(
+            "sensor placement maps one time; this model forecasts. Use an "
+            "interpolation model (fitted with SpatialTasks, or zero-shot)."
+        )
+    if isinstance(context, xr.DataArray) and context.name is None and len(model.variables) == 1:
+        context = context.rename(model.variables[0])
+    data = checked_dataset(context, "context")
+    if is_zero_shot(model):
+        model = zero_shot_variable(
+            model, locators_as_coords(data, getattr(model, "coords", None))[0]
+        )
+    ctx = build_context(model, data, Options(None, {}, "1GiB", False))
+    model = ctx.model
+    cand_ps = _points_of(candidates, data, model, "candidates")
+    region_ps = _points_of(region, data, model, "region")
+    if n_sites > len(cand_ps):
+        raise ConfigError(
+            f"n_sites={n_sites} is more than the {len(cand_ps)} candidates; ask "
+            "for fewer sites or give more candidates."
+        )
+    cand = model_points(cand_ps, model, values=False)
+    reg = model_points(region_ps, model, values=False)
+    truth_c = truth_r = None
+    if oracle:
+        truth_c, truth_r = (_truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
+    scale = prior_std(model)  # normalised std → the variables' units
+    grown = _fields(ctx.points)
+    best_is_high = ACQUISITIONS[acquisition]
+    remaining = np.ones(len(cand_ps), bool)
+    scores = np.full((n_sites, len(cand_ps)), np.nan)
+    chosen, values = [], []
+    before = None
+    for step in tqdm(range(n_sites), desc="placing", disable=not progress):
+        state = ctx.predictor.condition(Points.from_arrays(**grown))
+        mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand))
+        fill = (
+            mean_c
+            if truth_c is None
+            else model.normaliser.transform(truth_c, list(model.variables))
+        )
+        if acquisition == "std":
+            score = (std_c * scale).mean(-1)
+            if step == 0:
+                before = float(score.max())
+        else:
+            if step == 0:
+                before = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
+            score = _try_candidates(
+                ctx,
+                grown,
+                cand,
+                fill,
+                reg,
+                acquisition,
+                truth_r,
+                scale,
+                np.flatnonzero(remaining),
+                batch_size,
+            )
+        score = np.where(remaining, score, np.nan)
+        scores[step] = score
+        pick = int(np.nanargmax(score) if best_is_high else np.nanargmin(score))
+        chosen.append(pick)
+        values.append(model.denormalise(fill[pick][None, None], std_c[pick][None, None])[0][0, 0])
+        remaining[pick] = False
+        new = {k: _field_of(cand, k)[pick] for k in ("s", "t", "x")}
+        new["f"] = np.asarray(fill[pick], np.float32)
+        grown = {k: np.concatenate([grown[k], new[k][None, None]], axis=1) for k in grown}
+    idx = np.asarray(chosen)
+    out = xr.Dataset(
+        {
+            "site_lat": ("step", cand_ps.s[idx, 0]),
+            "site_lon": ("step", cand_ps.s[idx, 1]),
+            "site_index": ("step", idx),
+            "site_value": (("step", "variable"), np.asarray(values, np.float64)),
+            "acquisition": ("step", scores[np.arange(n_sites), idx]),
+            "acquisition_map": (("step", "candidate"), scores),
+            "acquisition_before": ((), float(before)),
+        },
+        coords={
+            "step": np.arange(1, n_sites + 1),
+            "variable": list(model.variables),
+            "candidate_lat": ("candidate", cand_ps.s[:, 0]),
+            "candidate_lon": ("candidate", cand_ps.s[:, 1]),
+        },
+        attrs={
+            "acquisition": acquisition,
+            "site values": (
+                "the true values (oracle)"
+                if oracle
+                else "the model's predictive mean at the site given the context so far"
+            ),
+        },
+    )
+    return out
+
+
+def _points_of(obj: Any, data: xr.Dataset, model: Any, what: str) -> PointSet:
+    """The points of ``obj`` (a template, or a boolean mask: its True cells)."""
+    allowed = None
+    if isinstance(obj, xr.DataArray) and obj.dtype == bool:
+        allowed = obj
+        obj = obj.to_dataset(name="_allowed").drop_vars("_allowed")
+    template = template_of(obj, data, tuple(model.covariates), getattr(model, "coords", None))
+    ps = to_points(
+        template.points, None, covariates=model.covariates, **coord_names(model, template.points)
+    )
+    if allowed is not None:
+        keep = np.asarray(allowed.transpose(*ps.dims).values).ravel()[ps.index]
+        ps = ps.take(keep)
+    if not len(ps):
+        raise EmptyDataError(
+            f"the {what} hold no point (with the model's covariates); give at least one."
+        )
+    outside = outside_grid(model, ps.s)
+    if outside is not None and outside.any():
+        raise ConfigError(
+            f"{int(outside.sum())} of the {what} lie outside the model's grid; "
+            "select points inside it."
+        )
+    return ps
+
+
+def _truth_at(truth: Any, ps: PointSet, model: Any) -> np.ndarray:
+    """The true values ``[N, Dy]`` at the points ``ps`` (the nearest truth point, same place)."""
+    if isinstance(truth, xr.DataArray):
+        truth = truth.to_dataset(name=truth.name or model.variables[0])
+    missing = [v for v in model.variables if v not in truth.data_vars]
+    if missing:
+        raise ConfigError(f"truth holds no {missing}; it needs the model's variables.")
+    tp = to_points(truth, list(model.variables), **coord_names(model, truth))
+    dist, nearest = cKDTree(unit_vectors(tp.s)).query(unit_vectors(ps.s))
+    if np.any(dist > 1e-6):
+        raise ConfigError(
+            "truth does not cover every candidate and region point; give it on "
+            "the same coordinates."
+        )
+    return tp.f[nearest]
+
+
+def _field_of(points: Points, name: str) -> np.ndarray:
+    return np.asarray(getattr(points, name))[0]
+
+
+def _fields(points: Points) -> dict[str, np.ndarray]:
+    """The real points of a batch-of-one :class:`Points` as ``[1, N, .]`` arrays."""
+    keep = np.asarray(points.mask)[0]
+    return {k: _field_of(points, k)[keep][None] for k in ("s", "t", "x", "f")}
+
+
+def _score_region(ctx, state, reg, acquisition, truth_r, scale, batch) -> np.ndarray:
+    """Scores ``[batch]`` of the region predicted against a conditioned ``state``."""
+    tiled = Points.from_arrays(
+        **{k: np.repeat(_field_of(reg, k)[None], batch, 0) for k in ("s", "t", "x")},
+        dim_y=len(scale),
+    )
+    mean, std = ctx.predictor.predict_state(state, tiled)
+    return _score(ctx, mean, std, acquisition, truth_r, scale)
+
+
+def _score(ctx, mean, std, acquisition, truth_r, scale) -> np.ndarray:
+    if acquisition == "mean_std":
+        return (std * scale).mean(axis=(1, 2))
+    if acquisition == "mean_variance":
+        return ((std * scale) ** 2).mean(axis=(1, 2))
+    mean, std = ctx.model.denormalise(mean, std)
+    err = mean - truth_r[None]
+    if acquisition == "oracle_rmse":
+        return np.sqrt((err**2).mean(axis=(1, 2)))
+    return (0.5 * np.log(2 * np.pi * std**2) + 0.5 * (err / std) ** 2).mean(axis=(1, 2))
+
+
+def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, which, batch_size):
+    """Each candidate in ``which`` added to the context in turn: its score (NaN elsewhere)."""
+    score = np.full(cand.size, np.nan)
+    n = grown["s"].shape[1]
+    for start in range(0, which.size, batch_size):
+        part = which[start : start + batch_size]
+        b = part.size
+        batch = {
+            k: np.concatenate(
+                [
+                    np.repeat(grown[k], b, 0),
+                    (_field_of(cand, k) if k != "f" else fill)[part][:, None],
+                ],
+                axis=1,
+            )
+            for k in ("s", "t", "x", "f")
+        }
+        assert batch["s"].shape[1] == n + 1
+        state = ctx.predictor.condition(Points.from_arrays(**batch))
+        score[part] = _score_region(ctx, state, reg, acquisition, truth_r, scale, b)
+    return score
