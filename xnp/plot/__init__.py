@@ -1,6 +1,7 @@
 """Plots (matplotlib): maps of predictions and observations, learning curves, calibration.
 
-``maps`` (:func:`plot_prediction`, :func:`plot_stations`), ``diagnostics``
+``maps`` (:func:`plot_prediction`, :func:`plot_stations`), ``placement``
+(:func:`plot_placement`), ``diagnostics``
 (:func:`plot_history`, :func:`plot_calibration`) and ``canvas`` (the figures and map
 panels they draw on).  Every plot is built without pyplot: no window opens, nothing is
 registered with pyplot's figure manager (so nothing leaks in loops), and a notebook
@@ -15,11 +16,13 @@ The plots sit above scoring: this package may import :mod:`xnp.scoring`,
 from xnp.errors import MissingDependencyError
 from xnp.plot.diagnostics import plot_calibration, plot_history
 from xnp.plot.maps import plot_prediction, plot_stations
+from xnp.plot.placement import plot_placement
 
 __all__ = [
     "MissingDependencyError",
     "plot_calibration",
     "plot_history",
+    "plot_placement",
     "plot_prediction",
     "plot_stations",
 ]
