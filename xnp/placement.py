@@ -328,6 +328,9 @@ def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, wh
     n = grown["s"].shape[1]
     for start in range(0, which.size, batch_size):
         part = which[start : start + batch_size]
+        real = part.size
+        # a short last batch repeats its last candidate: one compiled shape for every pass
+        part = np.concatenate([part, np.repeat(part[-1:], batch_size - real)])
         b = part.size
         batch = {
             k: np.concatenate(
@@ -341,5 +344,5 @@ def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, wh
         }
         assert batch["s"].shape[1] == n + 1
         state = ctx.predictor.condition(Points.from_arrays(**batch))
-        score[part] = _score_region(ctx, state, reg, acquisition, truth_r, scale, b)
+        score[part[:real]] = _score_region(ctx, state, reg, acquisition, truth_r, scale, b)[:real]
     return score
