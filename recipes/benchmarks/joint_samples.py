@@ -11,7 +11,7 @@
    each sample: whether their 90 % interval holds the true box mean, and the share
    of samples below it (a PIT value: spread over 0–1 when calibrated); the same
    from independent draws of the marginals (all cells in one step), which ignore
-   the correlations and make the interval of a mean far too narrow.
+   the correlations between cells (each draw still adds the trend's shared error).
 3. **Correlations** against the exact GP posterior on a small synthetic field (the
    protocol of ``tests/test_samples.py``): mean absolute error of the correlation
    matrix, joint samples against independent draws.
