@@ -12,10 +12,11 @@ import argparse
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import xarray as xr
 
-from xnp.errors import UsageError, VariableNotFoundError
+from xnp.errors import ConfigError, UsageError, VariableNotFoundError
 from xnp.storage import check_parent, open_data
 
 __all__ = ["check_model_out", "check_variables", "open_sources", "time_dim"]
@@ -44,6 +45,27 @@ def check_variables(data: xr.Dataset, variables: Sequence[str], what: str) -> No
             f"the {what} has no variable {', '.join(map(repr, missing))}; it holds "
             f"{', '.join(map(repr, map(str, data.data_vars))) or 'no data variables'}."
         )
+
+
+def zero_shot_context(model: Any, context: xr.Dataset, variable: str | None) -> xr.Dataset:
+    """CONTEXT reduced to ``--variable`` for a zero-shot model (unchanged without one).
+
+    ``--variable`` with a fitted model is a :class:`~xnp.errors.ConfigError`: it
+    reads its variables from CONTEXT by name.
+    """
+    if variable is None:
+        return context
+    from xnp.data.coords import locators_as_coords
+    from xnp.data.normalise import is_zero_shot
+
+    if not is_zero_shot(model):
+        raise ConfigError(
+            f"--variable is for zero-shot (pretrained) models; this model predicts "
+            f"{', '.join(model.variables)} and reads them from CONTEXT by name."
+        )
+    check_variables(context, [variable], "context")
+    # latitude/longitude stored as data variables (a station table) stay with it
+    return locators_as_coords(context, model.coords)[0][[variable]]
 
 
 def check_model_out(path: Path) -> None:

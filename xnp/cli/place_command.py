@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from xnp.cli.checks import check_variables
-from xnp.errors import ConfigError
+from xnp.cli.checks import zero_shot_context
 from xnp.storage import check_not_input, check_output, open_data, output_format, write_dataset
 
 __all__ = ["run_place"]
@@ -25,21 +24,12 @@ def run_place(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     check_not_input(args.out, {"CONTEXT": args.context, "CANDIDATES": args.candidates})
     check_output(args.out, fmt, args.overwrite)
 
-    from xnp.data.coords import locators_as_coords
-    from xnp.data.normalise import is_zero_shot
     from xnp.placement import place_sensors
     from xnp.shipped import resolve_model
 
     model = resolve_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
-    if args.variable is not None:
-        if not is_zero_shot(model):
-            raise ConfigError(
-                f"--variable is for zero-shot (pretrained) models; this model predicts "
-                f"{', '.join(model.variables)} and reads them from CONTEXT by name."
-            )
-        check_variables(context, [args.variable], "context")
-        context = locators_as_coords(context, model.coords)[0][[args.variable]]
+    context = zero_shot_context(model, context, args.variable)
     candidates = files.enter_context(open_data(args.candidates, what="candidates"))
     region = candidates
     if args.region:

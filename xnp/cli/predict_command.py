@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from xnp.cli.checks import check_variables, open_sources
+from xnp.cli.checks import check_variables, open_sources, zero_shot_context
 from xnp.cli.console import one_line
 from xnp.cli.options import parse_time
 from xnp.data.normalise import is_zero_shot
@@ -67,20 +67,11 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     check_output(args.out, fmt, args.overwrite)
 
     from xnp.api.predict import predict
-    from xnp.data.coords import locators_as_coords
     from xnp.shipped import resolve_model
 
     model = resolve_model(args.model)
     context = files.enter_context(open_data(args.context, what="context"))
-    if args.variable is not None:
-        if not is_zero_shot(model):
-            raise ConfigError(
-                f"--variable is for zero-shot (pretrained) models; this model predicts "
-                f"{', '.join(model.variables)} and reads them from CONTEXT by name."
-            )
-        check_variables(context, [args.variable], "context")
-        # latitude/longitude stored as data variables (a station table) stay with it
-        context = locators_as_coords(context, model.coords)[0][[args.variable]]
+    context = zero_shot_context(model, context, args.variable)
     variables = _context_variables(model, context)
     when = parse_time(args.time)
     if when is not None:
