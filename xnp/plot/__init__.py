@@ -1,6 +1,6 @@
 """Plots (matplotlib): maps of predictions and observations, learning curves, calibration.
 
-``maps`` (:func:`plot_prediction`, :func:`plot_stations`), ``placement``
+``maps`` (:func:`plot_prediction`, :func:`plot_stations`), ``sites``
 (:func:`plot_placement`), ``diagnostics``
 (:func:`plot_history`, :func:`plot_calibration`) and ``canvas`` (the figures and map
 panels they draw on).  Every plot is built without pyplot: no window opens, nothing is
@@ -16,7 +16,7 @@ The plots sit above scoring: this package may import :mod:`xnp.scoring`,
 from xnp.errors import MissingDependencyError
 from xnp.plot.diagnostics import plot_calibration, plot_history
 from xnp.plot.maps import plot_prediction, plot_stations
-from xnp.plot.placement import plot_placement
+from xnp.plot.sites import plot_placement
 
 __all__ = [
     "MissingDependencyError",
