@@ -50,6 +50,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -57,24 +58,17 @@ import xarray as xr
 from scipy.spatial import cKDTree
 from tqdm.auto import tqdm
 
+from xnp.api.sizes import inner_task
 from xnp.arrays import Points
-from xnp.data.coords import locators_as_coords
 from xnp.data.flatten import PointSet, to_points
-from xnp.data.normalise import is_zero_shot
-from xnp.data.tasks import ForecastTasks, WindowTasks
+from xnp.data.tasks import ForecastTasks, check_count
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
-from xnp.prediction.context import (
-    Options,
-    build_context,
-    coord_names,
-    model_points,
-    prior_std,
-    zero_shot_variable,
-)
-from xnp.prediction.core import check_model
+from xnp.infer.chunks import real_points
+from xnp.prediction.context import Options, build_context, coord_names, model_points, prior_std
+from xnp.prediction.core import check_model, with_context
 from xnp.prediction.guards import outside_grid
-from xnp.prediction.templates import checked_dataset, template_of
+from xnp.prediction.templates import template_of
 from xnp.shipped import resolve_model
 
 __all__ = ["ACQUISITIONS", "place_sensors"]
@@ -141,26 +135,18 @@ def place_sensors(
     """
     if acquisition not in ACQUISITIONS:
         raise ConfigError(f"acquisition must be one of {list(ACQUISITIONS)}; got {acquisition!r}.")
-    for name, value in (("n_sites", n_sites), ("batch_size", batch_size)):
-        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+    check_count(n_sites=n_sites, batch_size=batch_size)
     oracle = acquisition.startswith("oracle")
     if oracle and truth is None:
         raise ConfigError(f"acquisition={acquisition!r} scores against the truth; pass truth=.")
-    model = check_model(resolve_model(model) if isinstance(model, str) else model)
+    model = check_model(resolve_model(model) if isinstance(model, str | os.PathLike) else model)
     task = getattr(model, "task", None)
-    if isinstance(task.task if isinstance(task, WindowTasks) else task, ForecastTasks):
+    if task is not None and isinstance(inner_task(task), ForecastTasks):
         raise ConfigError(
             "sensor placement maps one time; this model forecasts. Use an "
             "interpolation model (fitted with SpatialTasks, or zero-shot)."
         )
-    if isinstance(context, xr.DataArray) and context.name is None and len(model.variables) == 1:
-        context = context.rename(model.variables[0])
-    data = checked_dataset(context, "context")
-    if is_zero_shot(model):
-        model = zero_shot_variable(
-            model, locators_as_coords(data, getattr(model, "coords", None))[0]
-        )
+    model, data = with_context(model, context, "context")
     ctx = build_context(model, data, Options(None, {}, "1GiB", False))
     model = ctx.model
     cand_ps = _points_of(candidates, data, model, "candidates")
@@ -170,13 +156,19 @@ def place_sensors(
             f"n_sites={n_sites} is more than the {len(cand_ps)} candidates; ask "
             "for fewer sites or give more candidates."
         )
-    cand = model_points(cand_ps, model, values=False)
-    reg = model_points(region_ps, model, values=False)
+    # (all real points: to_points keeps only those with the model's covariates)
+    cand = real_points(model_points(cand_ps, model, values=False))
+    reg = real_points(model_points(region_ps, model, values=False))
     truth_c = truth_r = None
     if oracle:
         truth_c, truth_r = (_truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
     scale = prior_std(model)  # normalised std → the variables' units
-    grown = _fields(ctx.points)
+    true_fill = None  # the oracles add each site with its true value (normalised)
+    if truth_c is not None:
+        true_fill = model.normaliser.transform(truth_c, list(model.variables))
+    grown = {k: v[None] for k, v in real_points(ctx.points).items()}  # [1, N, .]
+    cand_points = Points.from_arrays(**{k: cand[k][None] for k in ("s", "t", "x")},
+                                     dim_y=len(scale))  # fmt: skip
     best_is_high = ACQUISITIONS[acquisition]
     remaining = np.ones(len(cand_ps), bool)
     scores = np.full((n_sites, len(cand_ps)), np.nan)
@@ -184,12 +176,8 @@ def place_sensors(
     before = None
     for step in tqdm(range(n_sites), desc="placing", disable=not progress):
         state = ctx.predictor.condition(Points.from_arrays(**grown))
-        mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand))
-        fill = (
-            mean_c
-            if truth_c is None
-            else model.normaliser.transform(truth_c, list(model.variables))
-        )
+        mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand_points))
+        fill = mean_c if true_fill is None else true_fill
         if acquisition == "std":
             score = (std_c * scale).mean(-1)
             if step == 0:
@@ -215,7 +203,7 @@ def place_sensors(
         chosen.append(pick)
         values.append(model.denormalise(fill[pick][None, None], std_c[pick][None, None])[0][0, 0])
         remaining[pick] = False
-        new = {k: _field_of(cand, k)[pick] for k in ("s", "t", "x")}
+        new = {k: cand[k][pick] for k in ("s", "t", "x")}
         new["f"] = np.asarray(fill[pick], np.float32)
         grown = {k: np.concatenate([grown[k], new[k][None, None]], axis=1) for k in grown}
     idx = np.asarray(chosen)
@@ -290,20 +278,10 @@ def _truth_at(truth: Any, ps: PointSet, model: Any) -> np.ndarray:
     return tp.f[nearest]
 
 
-def _field_of(points: Points, name: str) -> np.ndarray:
-    return np.asarray(getattr(points, name))[0]
-
-
-def _fields(points: Points) -> dict[str, np.ndarray]:
-    """The real points of a batch-of-one :class:`Points` as ``[1, N, .]`` arrays."""
-    keep = np.asarray(points.mask)[0]
-    return {k: _field_of(points, k)[keep][None] for k in ("s", "t", "x", "f")}
-
-
 def _score_region(ctx, state, reg, acquisition, truth_r, scale, batch) -> np.ndarray:
     """Scores ``[batch]`` of the region predicted against a conditioned ``state``."""
     tiled = Points.from_arrays(
-        **{k: np.repeat(_field_of(reg, k)[None], batch, 0) for k in ("s", "t", "x")},
+        **{k: np.repeat(reg[k][None], batch, 0) for k in ("s", "t", "x")},
         dim_y=len(scale),
     )
     mean, std = ctx.predictor.predict_state(state, tiled)
@@ -324,8 +302,7 @@ def _score(ctx, mean, std, acquisition, truth_r, scale) -> np.ndarray:
 
 def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, which, batch_size):
     """Each candidate in ``which`` added to the context in turn: its score (NaN elsewhere)."""
-    score = np.full(cand.size, np.nan)
-    n = grown["s"].shape[1]
+    score = np.full(len(cand["s"]), np.nan)
     for start in range(0, which.size, batch_size):
         part = which[start : start + batch_size]
         real = part.size
@@ -336,13 +313,12 @@ def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, wh
             k: np.concatenate(
                 [
                     np.repeat(grown[k], b, 0),
-                    (_field_of(cand, k) if k != "f" else fill)[part][:, None],
+                    (cand[k] if k != "f" else fill)[part][:, None],
                 ],
                 axis=1,
             )
             for k in ("s", "t", "x", "f")
         }
-        assert batch["s"].shape[1] == n + 1
         state = ctx.predictor.condition(Points.from_arrays(**batch))
         score[part[:real]] = _score_region(ctx, state, reg, acquisition, truth_r, scale, b)[:real]
     return score

@@ -31,6 +31,7 @@ __all__ = [
     "gather",
     "host_chunk",
     "host_fields",
+    "real_points",
     "with_dummy",
 ]
 
@@ -135,6 +136,12 @@ def with_dummy(points: Points) -> dict[str, np.ndarray]:
     """The numpy fields of a one-set :class:`Points` plus a masked padding row."""
     fields = {k: np.asarray(getattr(points, k))[0] for k in FIELDS}
     return {k: np.concatenate([a, np.zeros_like(a[:1])]) for k, a in fields.items()}
+
+
+def real_points(points: Points) -> dict[str, np.ndarray]:
+    """The real (unmasked) points of a one-set :class:`Points`: numpy ``s, t, x, f`` ``[N, .]``."""
+    keep = np.asarray(points.mask)[0]
+    return {k: np.asarray(getattr(points, k))[0][keep] for k in FIELDS if k != "mask"}
 
 
 def host_fields(points: Points) -> dict[str, np.ndarray]:

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from xnp.arrays import Points
 from xnp.errors import ConfigError
+from xnp.infer.chunks import host_fields, real_points
 
 __all__ = ["autoregressive_samples"]
 
@@ -88,11 +89,9 @@ def autoregressive_samples(
     if context.batch_size != 1 or targets.batch_size != 1:
         raise ConfigError("autoregressive sampling takes one context and one target set.")
     rng = np.random.default_rng(seed)
-    ctx = {k: np.asarray(getattr(context, k))[0] for k in ("s", "t", "x", "f", "mask")}
-    keep = ctx.pop("mask")
-    ctx = {k: v[keep] for k, v in ctx.items()}  # the real context points only
-    tgt = {k: np.asarray(getattr(targets, k))[0] for k in ("s", "t", "x")}
-    real = np.flatnonzero(np.asarray(targets.mask)[0])
+    ctx = real_points(context)
+    tgt = {k: v[0] for k, v in host_fields(targets).items()}  # (padding included)
+    real = np.flatnonzero(tgt["mask"])
     k, dy = int(n_samples), ctx["f"].shape[-1]
     out = np.full((k, targets.size, dy), np.nan, np.float32)
     orders = np.stack([real[rng.permutation(real.size)] for _ in range(k)])  # [K, M]

@@ -14,7 +14,7 @@ import xarray as xr
 
 from xnp.data.coords import find_coords, locators_as_coords
 from xnp.data.normalise import is_zero_shot
-from xnp.data.tasks import ForecastTasks, WindowTasks
+from xnp.data.tasks import ForecastTasks, WindowTasks, check_count
 from xnp.data.trend import DEGREES
 from xnp.errors import (
     ConfigError,
@@ -27,7 +27,7 @@ from xnp.prediction.samples import check_sampling
 from xnp.prediction.templates import check_chunks, checked_dataset, template_of
 from xnp.units import parse_distance_km
 
-__all__ = ["check_model", "predict_with"]
+__all__ = ["check_model", "predict_with", "with_context"]
 
 
 def check_model(model: Any) -> Any:
@@ -38,6 +38,22 @@ def check_model(model: Any) -> Any:
             f"directory or a pretrained model's name; got {type(model).__name__}."
         )
     return model
+
+
+def with_context(model: Any, data: xr.Dataset | xr.DataArray, what: str) -> tuple[Any, xr.Dataset]:
+    """The observations ``data`` as a checked Dataset, and the model set to read them.
+
+    An unnamed DataArray holds a one-variable model's variable; a zero-shot model
+    takes whichever single variable the data holds (``what`` names the data in
+    errors).
+    """
+    if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
+        data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
+    data = checked_dataset(data, what)
+    if is_zero_shot(model):
+        located, _ = locators_as_coords(data, getattr(model, "coords", None))
+        model = zero_shot_variable(model, located)
+    return model, data
 
 
 def predict_with(
@@ -76,12 +92,7 @@ def predict_with(
             "statistics; a fitted model learned the large-scale structure of its training "
             "data. Predict without trend=."
         )
-    if isinstance(data, xr.DataArray) and data.name is None and len(model.variables) == 1:
-        data = data.rename(model.variables[0])  # an unnamed array holds the model's variable
-    data = checked_dataset(data, "data")
-    if is_zero_shot(model):
-        located, _ = locators_as_coords(data, getattr(model, "coords", None))
-        model = zero_shot_variable(model, located)
+    model, data = with_context(model, data, "data")
     missing = [v for v in model.variables if v not in data.data_vars]
     if missing:
         raise ConfigError(
@@ -94,14 +105,9 @@ def predict_with(
     # the user's chunks, else those of a dask-backed template
     chunks = check_chunks(chunks, template) or check_chunks(where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
-    for name, value in (("samples", samples), ("sample_step", sample_step), ("seed", seed)):
-        if value is None and name == "samples":
-            continue
-        integral = isinstance(value, int | np.integer) and not isinstance(value, bool)
-        least = 0 if name == "seed" else 1
-        if not integral or value < least:
-            what = "a non-negative" if least == 0 else "a positive"
-            raise ConfigError(f"{name} must be {what} integer; got {value!r}.")
+    check_count(sample_step=sample_step, **({} if samples is None else {"samples": samples}))
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
     opts = Options(radius_km, chunks, memory_budget, progress,
                    check_sources(model, context_sources), trend, samples, sample_step,
                    seed)  # fmt: skip
