@@ -177,6 +177,17 @@ def test_fit_predict_evaluate_round_trip(capsys, files, fitted):
     assert status == 1
     assert "pass --overwrite" in err
 
+    # a thinned context: the seeded subset the Python API takes
+    status, _, err = run(capsys, "predict", fitted, files / "data.nc", "--out",
+                         files / "thin.nc", "--time", "2000-01-01T12:00", "--max-context", "5",
+                         "--seed", "3", "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(files / "thin.nc") as thin, xr.open_dataset(files / "data.nc") as d:
+        want = model.predict(d, time="2000-01-01T12:00", max_context=5, seed=3)
+        np.testing.assert_allclose(thin["field_std"].values, want["field_std"].values, rtol=1e-5)
+        full = model.predict(d, time="2000-01-01T12:00")
+        assert not np.allclose(thin["field_std"].values, full["field_std"].values)
+
     # the demo on a file, with the saved model, quietly, as netCDF
     status, out, err = run(capsys, "demo", "--data", files / "data.nc", "--variable", "field",
                            "--model", fitted, "--out", files / "demo", "--resolution", "10",

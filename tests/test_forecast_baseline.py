@@ -191,6 +191,33 @@ def test_lazy_equals_eager_and_saving_keeps_the_baseline(data, fitted, tmp_path)
     assert "baseline:    persistence+diurnal" in repr(loaded)
 
 
+def test_a_thinned_context_keeps_the_whole_baseline(data, fitted):
+    """``max_context`` thins what the model conditions on, never what the baseline reads."""
+    model = zero_change(fitted)
+    t0 = data.time.values[64]
+    full = model.predict(data, time=t0, lead_time=3)
+    thin = model.predict(data, time=t0, lead_time=3, max_context=5)
+    # the zero-change model returns the baseline, which persists every observed cell
+    np.testing.assert_allclose(thin.t2m_mean.values, full.t2m_mean.values, atol=2e-4)
+    # the fitted model's own change and std do depend on the points it conditions on
+    a = fitted.predict(data, time=t0, lead_time=3, max_context=5)
+    b = fitted.predict(data, time=t0, lead_time=3)
+    assert not np.allclose(a.t2m_std.values, b.t2m_std.values, atol=1e-5)
+    # the subset is fixed by the seed and the time: reruns and the lazy path agree
+    again = fitted.predict(data, time=t0, lead_time=3, max_context=5)
+    np.testing.assert_array_equal(again.t2m_std.values, a.t2m_std.values)
+    lazy = fitted.predict(data, time=t0, lead_time=3, max_context=5, chunks={"lon": 2})
+    np.testing.assert_allclose(lazy.t2m_std.values, a.t2m_std.values, atol=1e-4)
+    other = fitted.predict(data, time=t0, lead_time=3, max_context=5, seed=1)
+    assert not np.allclose(other.t2m_std.values, a.t2m_std.values, atol=1e-5)
+    # at least as many points as the context has: the same as no cap
+    many = fitted.predict(data, time=t0, lead_time=3, max_context=10_000)
+    np.testing.assert_array_equal(many.t2m_mean.values, b.t2m_mean.values)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ConfigError, match="max_context"):
+            fitted.predict(data, time=t0, lead_time=3, max_context=bad)
+
+
 def test_a_missing_init_frame_persists_the_latest_observed_one(data, fitted):
     model = zero_change(fitted)
     t0 = data.time.values[63]

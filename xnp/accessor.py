@@ -44,6 +44,7 @@ class _NPAccessor:
         samples: int | None = None,
         sample_step: int = 64,
         seed: int = 0,
+        max_context: int | None = None,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
@@ -57,7 +58,7 @@ class _NPAccessor:
             model, self._obj, targets, time=time, lead_time=lead_time,
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
             progress=progress, context_sources=context_sources, trend=trend,
-            samples=samples, sample_step=sample_step, seed=seed,
+            samples=samples, sample_step=sample_step, seed=seed, max_context=max_context,
         )  # fmt: skip
 
     def place_sensors(

@@ -60,6 +60,7 @@ def predict(
     samples: int | None = None,
     sample_step: int = 64,
     seed: int = 0,
+    max_context: int | None = None,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -143,7 +144,18 @@ def predict(
         steps treat the targets of a step as independent given the rest: faster,
         and close when they lie far apart, as random orders make likely).
     seed : int
-        Seed of the samples' orders and draws.
+        Seed of the samples' orders and draws, and of ``max_context``'s subset.
+    max_context : int, optional
+        Condition on at most this many observations per context set (per time;
+        per initialisation time of a forecast): a random subset, the same on
+        every run with the same ``seed`` and on the eager and lazy paths.  The
+        cost of conditioning grows with the square of the context size, so this
+        makes dense context cheap: e.g. the ``max_context`` the model was
+        trained with (``model.task.max_context``).  A forecast model's baseline
+        (persistence, diurnal change, regression) still reads every observation,
+        so for forecasts from full grids this costs little accuracy (the
+        forecasting guide measures it); for interpolation every dropped
+        observation is information lost.  Default: all observations.
 
     Returns
     -------
@@ -161,5 +173,5 @@ def predict(
         model, data, targets, time=time, lead_time=lead_time, context_radius=context_radius,
         chunks=chunks, memory_budget=memory_budget, progress=progress,
         context_sources=context_sources, trend=trend, samples=samples,
-        sample_step=sample_step, seed=seed,
+        sample_step=sample_step, seed=seed, max_context=max_context,
     )  # fmt: skip

@@ -361,6 +361,19 @@ def _add_predict(subs: Any) -> None:
         "fine-tuned with --trend, else none: the plain mean)",
     )
     p.add_argument(
+        "--max-context",
+        type=int,
+        metavar="N",
+        help="condition on at most N observations per context set (a random subset, "
+        "seeded by --seed): cheap conditioning on dense grids, e.g. the model's "
+        "training max_context; a forecast baseline still reads every observation "
+        "(default: all observations)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N",
+        help="seed of the --max-context subset (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--chunks",
         type=parse_chunks,
         metavar="DIM=N,...",

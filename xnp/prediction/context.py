@@ -74,6 +74,8 @@ class Options:
     samples: int | None = None
     sample_step: int = 64
     seed: int = 0
+    #: condition on at most this many of the context's own points (a random subset)
+    max_context: int | None = None
 
 
 def model_points(
@@ -238,6 +240,7 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
         # (covariate statistics of a fine-tuned model are kept; the values' are the context's)
         normaliser = Normaliser({**model.normaliser.stats, **stats})
         model = _at_working_size(model.with_normaliser(normaliser, variables), ps.s)
+    ps = thinned(ps, opts.max_context, seed=opts.seed, reference=reference)
     t = None if reference is None else ps.time - reference
     predictor = Predictor(model.module, memory_budget=opts.memory_budget, progress=opts.progress)
     attrs = {v: dict(data[v].attrs) for v in variables}
@@ -264,6 +267,19 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
         )
         points = points.replace(mask=points.mask & ~outside[None])
     return Context(model, predictor, points, attrs, trend, observed)
+
+
+def thinned(ps: PointSet, n: int | None, *, seed: int, reference: float | None) -> PointSet:
+    """At most ``n`` of the points ``ps``: a random subset (in their order), or all of them.
+
+    The subset depends on ``seed`` and on the context's ``reference`` time only,
+    so the eager and lazy paths, and reruns, condition on the same points.
+    """
+    if n is None or len(ps) <= n:
+        return ps
+    moment = 0 if reference is None else round(float(reference) * 60.0)  # minutes
+    rng = np.random.default_rng([seed, moment & 0xFFFFFFFF, moment >> 32 & 0xFFFFFFFF])
+    return ps.take(np.sort(rng.choice(len(ps), size=n, replace=False)))
 
 
 def _when(data: xr.Dataset, model: Any) -> str:

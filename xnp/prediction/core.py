@@ -72,6 +72,7 @@ def predict_with(
     samples: int | None = None,
     sample_step: int = 64,
     seed: int = 0,
+    max_context: int | None = None,
 ) -> xr.Dataset:
     """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
 
@@ -105,12 +106,13 @@ def predict_with(
     # the user's chunks, else those of a dask-backed template
     chunks = check_chunks(chunks, template) or check_chunks(where.chunks, template)
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
-    check_count(sample_step=sample_step, **({} if samples is None else {"samples": samples}))
+    optional = {"samples": samples, "max_context": max_context}
+    check_count(sample_step=sample_step, **{k: v for k, v in optional.items() if v is not None})
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
     opts = Options(radius_km, chunks, memory_budget, progress,
                    check_sources(model, context_sources), trend, samples, sample_step,
-                   seed)  # fmt: skip
+                   seed, max_context)  # fmt: skip
     check_sampling(opts)
     layout = find_coords(data, model.variables[0], **coord_names(model, data))
     task = getattr(model, "task", None)
