@@ -9,7 +9,10 @@ docs/benchmarks.md:
 2. Biased Scan Attention against dense attention on the device, values and
    gradients, with the great-circle RBF bias (N = 2048, 4 heads of 32);
 3. the compiled memory of BSA's forward and backward pass at 16,384 × 16,384
-   (4 heads of 32, great-circle RBF bias), beside dense attention's;
+   (4 heads of 32, great-circle RBF bias), beside dense attention's; on an NVIDIA
+   GPU, the time of that forward and backward pass with the fused Pallas kernels
+   (:mod:`xnp.nn.pallas_attention`) and with the tiled JAX path (``XNP_PALLAS=0``),
+   float32 and bfloat16, and their largest relative difference (skipped elsewhere);
 4. the paper-size training step (BSA-TNP, batch 8, 512 context and 1,024 target
    points, the 2-D GP task) in float32 and bfloat16 (compute dtype), seconds per step;
 5. prediction of 1,000,000 targets from 100,000 context points on the sphere with
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
 import sys
 import time
@@ -41,7 +45,7 @@ import numpy as np
 from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_section
+from _report import best_time, write_section
 
 import xnp
 from xnp.data import SpatialTasks
@@ -113,6 +117,50 @@ def attention_memory(n: int) -> tuple[float, float]:
         compiled = _attention_fn(attn, bias).lower(*args).compile()
         out.append(compiled.memory_analysis().temp_size_in_bytes / 2**20)
     return out[0], out[1]
+
+
+def has_cuda() -> bool:
+    """Whether JAX has an NVIDIA GPU here (the fused Pallas kernels run only there)."""
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:
+        return False
+
+
+def fused_vs_tiled(n: int, dtype: str) -> dict[str, float]:
+    """BSA forward+backward seconds with the fused Pallas kernels and the tiled JAX path.
+
+    The same jitted function traced twice, with ``XNP_PALLAS`` unset and ``0``
+    (read while tracing); also the largest relative difference of the two outputs
+    and gradients, and whether the fused kernels are really in the compiled program.
+    """
+    bias = _bias()
+    q, k, v, s = _attention_inputs(n)
+    args = (*(x.astype(dtype) for x in (q, k, v)), s)
+    saved = os.environ.get("XNP_PALLAS")
+    out = {}
+    try:
+        for name, mode in (("fused", "auto"), ("tiled", "0")):
+            os.environ["XNP_PALLAS"] = mode
+            fn = _attention_fn(biased_scan_attention, bias)
+            if name == "fused":
+                out["kernels used"] = float("xnp_rbf_attention_dq" in fn.lower(*args).as_text())
+            out[name] = best_time(lambda fn=fn: fn(*args), repeat=5)
+            out[f"{name} result"] = fn(*args)
+    finally:
+        if saved is None:
+            os.environ.pop("XNP_PALLAS", None)
+        else:
+            os.environ["XNP_PALLAS"] = saved
+
+    def rel(a, b):
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+        return float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+
+    (_, o_f), g_f = out.pop("fused result")
+    (_, o_t), g_t = out.pop("tiled result")
+    out["difference"] = max(rel(o_f, o_t), *(rel(a, b) for a, b in zip(g_f, g_t, strict=True)))
+    return out
 
 
 def train_step_seconds(dtype: str, batch: int, n_context: int, n_target: int, steps: int
@@ -225,6 +273,16 @@ def main() -> None:
     bsa_mib, dense_mib = attention_memory(n_mem)
     add(f"forward+backward compiled memory, N = {n_mem:,}² (BSA / dense)",
         f"{bsa_mib:,.0f} MiB / {dense_mib:,.0f} MiB")  # fmt: skip
+    for dtype in ("float32", "bfloat16"):
+        label = (f"BSA forward+backward, N = {n_mem:,}², {dtype}: fused Pallas kernels / "
+                 "tiled JAX (speed-up; largest relative difference)")  # fmt: skip
+        if not has_cuda():
+            add(label, "skipped (no NVIDIA GPU)")
+            continue
+        t = fused_vs_tiled(n_mem, dtype)
+        used = "" if t["kernels used"] else " (fused kernels not in the program!)"
+        add(label, f"{t['fused'] * 1e3:.1f} ms / {t['tiled'] * 1e3:.1f} ms "
+            f"({t['tiled'] / t['fused']:.1f}×; {t['difference']:.1e}){used}")  # fmt: skip
     shape = (2, 64, 128, 3) if tiny else (8, 512, 1024, 20)
     for dtype in ("float32", "bfloat16"):
         sec = train_step_seconds(dtype, *shape)

@@ -31,7 +31,7 @@ from jax.custom_derivatives import CustomVJPPrimal
 
 from xnp.errors import ConfigError, ShapeError
 from xnp.nn import native
-from xnp.nn.attention_bwd import bsa_backward
+from xnp.nn.attention_bwd import bsa_backward, pallas_spec
 from xnp.nn.tiles import (
     NEG_INF,
     fused_spec,
@@ -124,19 +124,29 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     operations on it (writing it to memory and back costs more than the arithmetic).
     With an RBF bias (``fns[2]``, an :class:`~xnp.nn.bias.RBFSpec`) and float32
     inputs on the CPU, one native kernel computes the same
-    (:func:`xnp.nn.native.rbf_attention`).
+    (:func:`xnp.nn.native.rbf_attention`); with float32 or bfloat16 inputs on an
+    NVIDIA GPU, one Pallas kernel (:func:`xnp.nn.pallas_attention.rbf_attention`).
     """
     spec = fused_spec(fns, q, k, v)
-    if spec is not None:
-        args = (q, k, v, qf, kf, mask, consts)
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=lambda q, k, v, qf, kf, mask, consts: native.rbf_attention(
-                q, k, v, mask, qf, kf, spec, consts
-            ),
-            default=lambda *a: _forward_xla(fns, tiles, *a, bound),
-        )
-    return _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
+    gpu_spec = pallas_spec(fns, q, k, v)
+    if spec is None and gpu_spec is None:
+        return _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
+
+    def cpu(q, k, v, qf, kf, mask, consts):
+        return native.rbf_attention(q, k, v, mask, qf, kf, spec, consts)
+
+    def cuda(q, k, v, qf, kf, mask, consts):
+        from xnp.nn import pallas_attention  # imported only where a GPU may use it
+
+        return pallas_attention.rbf_attention(q, k, v, mask, qf, kf, gpu_spec, consts)
+
+    branches = {"cpu": cpu} if spec is not None else {}
+    if gpu_spec is not None:
+        branches["cuda"] = cuda
+    args = (q, k, v, qf, kf, mask, consts)
+    return jax.lax.platform_dependent(
+        *args, **branches, default=lambda *a: _forward_xla(fns, tiles, *a, bound)
+    )
 
 
 def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):

@@ -5,13 +5,15 @@ recomputes each score tile, so the backward needs ``O(q_chunk · k_chunk)``
 temporary memory per head.  Gradients flow to ``q``, ``k``, ``v``, to the
 floating-point leaves of the query and key features, and to every array the bias
 function closes over.  On the CPU, with an RBF bias and float32 inputs, one
-native kernel does the same (:func:`xnp.nn.native.rbf_attention_bwd`); the tiled
-JAX loops here are its reference and the path on every other platform.
+native kernel does the same (:func:`xnp.nn.native.rbf_attention_bwd`), and on an
+NVIDIA GPU, with float32 or bfloat16 inputs, two Pallas kernels
+(:func:`xnp.nn.pallas_attention_bwd.rbf_attention_bwd`); the tiled JAX loops here
+are their reference and the path on every other platform.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import jax
@@ -29,7 +31,7 @@ from xnp.nn.tiles import (
     update_tile,
 )
 
-__all__ = ["bsa_backward"]
+__all__ = ["bsa_backward", "pallas_spec"]
 
 
 def _is_float(x: Any) -> bool:
@@ -83,20 +85,39 @@ def bsa_backward(fns, tiles, res, d_out):
     qf_split, kf_split, c_split = splits
     data = (q, k, v, qf, kf, mask, d_out, lse, delta)
     spec = fused_spec(fns, q, k, v, d_out)
-    if spec is not None and not qf_split.floats(qf) and not kf_split.floats(kf):
-        # no cotangent for the features: on the CPU one native kernel
-        def cpu(consts, *data):
-            q, k, v, qf, kf, mask, d_out, lse, delta = data
-            dq, dk, dv, dw = native.rbf_attention_bwd(
-                q, k, v, mask, qf, kf, spec, consts, d_out, lse, delta
-            )
-            # float32, as the tiled backward's accumulators (the branches must match)
-            return dq, dk, dv, [], [], [g.astype(jnp.float32) for g in c_split.floats(dw)]
+    gpu_spec = pallas_spec(fns, q, k, v, d_out)
+    branches = {}
+    if not qf_split.floats(qf) and not kf_split.floats(kf):
+        # no cotangent for the features: one native kernel on the CPU, Pallas on a GPU
+        if spec is not None:
 
+            def cpu(consts, *data):
+                q, k, v, qf, kf, mask, d_out, lse, delta = data
+                dq, dk, dv, dw = native.rbf_attention_bwd(
+                    q, k, v, mask, qf, kf, spec, consts, d_out, lse, delta
+                )
+                # float32, as the tiled backward's accumulators (the branches must match)
+                return dq, dk, dv, [], [], [g.astype(jnp.float32) for g in c_split.floats(dw)]
+
+            branches["cpu"] = cpu
+        if gpu_spec is not None:
+
+            def cuda(consts, *data):
+                from xnp.nn import pallas_attention_bwd  # only where a GPU may use it
+
+                q, k, v, qf, kf, mask, d_out, lse, delta = data
+                dq, dk, dv, dw = pallas_attention_bwd.rbf_attention_bwd(
+                    q, k, v, mask, qf, kf, gpu_spec, consts, d_out, lse, delta
+                )
+                # dtypes of the tiled backward's (the branches must match)
+                return dq.astype(q.dtype), dk, dv, [], [], c_split.floats(dw)
+
+            branches["cuda"] = cuda
+    if branches:
         grads = jax.lax.platform_dependent(
             consts,
             *data,
-            cpu=cpu,
+            **branches,
             default=lambda consts, *data: _backward_xla(fns, tiles, splits, consts, data),
         )
     else:
@@ -112,6 +133,34 @@ def bsa_backward(fns, tiles, res, d_out):
         c_split.cotangent(consts, dc),
         None,  # the output does not depend on the shift bound (softmax shift invariance)
     )
+
+
+@cache
+def _on_cuda() -> bool:
+    """Whether this process has an NVIDIA GPU (JAX's ``cuda`` backend)."""
+    try:
+        return bool(jax.devices("cuda"))
+    except (RuntimeError, ValueError):  # no such backend, or it failed to start
+        return False
+
+
+def pallas_spec(fns, *arrays):
+    """The :class:`~xnp.nn.bias.RBFSpec` when the Pallas GPU kernels can run, else None.
+
+    They need an RBF bias (``fns[2]``), float32 or bfloat16 ``arrays`` of one
+    dtype, an NVIDIA GPU in this process and ``XNP_PALLAS`` other than ``0``
+    (:func:`xnp.nn.pallas_attention.enabled`).  Without a GPU, Pallas is never
+    imported and the dispatch is what it was without these kernels.
+    """
+    spec = fns[2] if len(fns) > 2 else None
+    dtypes = {x.dtype for x in arrays}
+    if spec is None or len(dtypes) != 1 or dtypes.pop() not in (jnp.float32, jnp.bfloat16):
+        return None
+    if not _on_cuda():
+        return None
+    from xnp.nn import pallas_attention  # Pallas is imported only where a GPU may use it
+
+    return spec if pallas_attention.enabled() else None
 
 
 def _backward_xla(fns, tiles, splits, consts, data):
