@@ -62,8 +62,9 @@ def test_fit_learns_the_gp_field(trained):
     assert float(best.val_nll) + math.log(ratio) < baseline - 0.5
     assert float(best.val_rmse) < 0.6 * float(ds.field.std())
     assert 0.75 < float(best.val_coverage) < 0.99  # nominal 0.95: neither too narrow nor too wide
-    # (a forecaster of changes starts near the right scale, so its loss falls less far)
-    assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.15
+    # (a forecaster of changes starts near the right scale, and the default autoregressive
+    # baseline already explains much of this smooth field's change, so its loss falls less)
+    assert float(history.train_nll[-1]) < float(history.train_nll[0]) - 0.03
 
 
 def test_fit_defaults_follow_the_data(trained):

@@ -199,7 +199,7 @@ def _add_fit(subs: Any) -> None:
         help="forecast tasks: predict the change from the last observation (persistence), "
         "plus the training days' mean change for the place and hour (persistence+diurnal), "
         "or plus a regression on that change and the changes since the earlier frames "
-        "(autoregressive) (default: persistence+diurnal for sub-daily steps, else "
+        "(autoregressive) (default: autoregressive for sub-daily steps, else "
         "persistence; none: the field itself)",
     )
     p.add_argument(
