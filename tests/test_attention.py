@@ -317,3 +317,47 @@ def test_rbf_bias_custom_gradient_equals_autodiff_of_the_formula():
     want = jax.grad(lambda *w: jnp.sum(g * plain(*w)), argnums=(0, 1, 2))(a, b, z)
     for x, y in zip(got, want, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("native_rbf", [False, True], ids=["tiled", "native-rbf"])
+def test_log_sum_exp_and_its_gradient_match_dense(native_rbf):
+    """``return_lse``: the log-sum-exp and gradients through it and the output together."""
+    from xnp.nn.bias import SpaceTimeBias
+
+    q, k, v, _, _, mask = make_inputs(37, 45, seed=4)
+    mask = mask.at[1].set(False)  # a batch element without keys: lse = inf, no NaN
+    ks = jax.random.split(jax.random.key(9), 2)
+    sq, sk = (
+        jax.random.uniform(kk, (B, n, 2), maxval=10.0) for kk, n in zip(ks, (37, 45), strict=True)
+    )
+    if native_rbf:  # the RBF bias the models use: the native kernels on the CPU
+        bias = SpaceTimeBias(H, spatial="euclidean", spatial_scale=5.0)
+        qf, kf = bias.features(sq, None), bias.features(sk, None)
+        extra = {"bias_fn": bias.bind(), "bias_bounds": bias.bounds()}
+    else:
+        qf = {"s": sq, "id": jnp.zeros((B, 37), jnp.int32)}
+        kf = {"s": sk, "id": jnp.ones((B, 45), jnp.int32)}
+        extra = {"bias_fn": rbf_bias(A0, B0)}
+    weights = jax.random.normal(jax.random.key(5), (B, H, 37))
+
+    def loss(attn, q, k, v):
+        out, lse = attn(q, k, v, q_feats=qf, k_feats=kf, k_mask=mask, q_chunk=16, k_chunk=16,
+                        return_lse=True, **extra)  # fmt: skip
+        finite = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        return jnp.sum(jnp.sin(out) * out) + jnp.sum(weights * finite), (out, lse)
+
+    grad = jax.value_and_grad(loss, argnums=(1, 2, 3), has_aux=True)
+    (_, (out, lse)), got = grad(biased_scan_attention, q, k, v)
+    (_, (out_d, lse_d)), want = grad(dense_attention, q, k, v)
+    assert lse.shape == (B, H, 37)
+    assert bool(jnp.isinf(lse[1]).all())
+    assert bool(jnp.isfinite(lse[0]).all())
+    np.testing.assert_allclose(lse[0], lse_d[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, out_d, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got, want, strict=True):
+        assert bool(jnp.isfinite(g).all())
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+    # without return_lse the output alone, as before
+    plain = biased_scan_attention(q, k, v, q_feats=qf, k_feats=kf, k_mask=mask, q_chunk=16,
+                                  k_chunk=16, **extra)  # fmt: skip
+    np.testing.assert_array_equal(plain, out)

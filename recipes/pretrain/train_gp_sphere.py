@@ -155,11 +155,12 @@ REWARM = 300  # steps of linear re-warm-up when a resume has no optimiser moment
 CONTEXT_RMS_KM = 450.0  # the working size recorded with the model (training["context_rms_km"])
 
 
-def config() -> BSATNPConfig:
+def config(prior_key: bool = False) -> BSATNPConfig:
     return BSATNPConfig(
         spatial_bias="great_circle", spatial_scale=1000.0, embed_s=False, embed_t=False,
         temporal_bias=False, n_blocks=4, n_heads=4, dim_token=64, dim_attn=64,
         embed_hidden=(128,), ffn_hidden=128, head_hidden=(128,), q_chunk=256, k_chunk=256,
+        prior_key=prior_key,
     )  # fmt: skip
 
 
@@ -252,13 +253,20 @@ def main() -> None:
         default=None,
         help="start from this saved model's weights (a fine-tune; fresh optimiser)",
     )
+    parser.add_argument(
+        "--prior-key",
+        action="store_true",
+        help="a learned prior key in every attention (BSATNPConfig.prior_key); with "
+        "--init-from, the other weights come from that model and the prior's gates "
+        "start closed, so training starts from its predictions",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
 
-    cfg = config()
+    cfg = config(args.prior_key)
     norm = Normaliser({"value": Stats(0.0, 1.0, None, None)})
     model = NeuralProcess.init(cfg, norm, ["value"], normalise="context", seed=0)
     graphdef, params = nnx.split(model.module)
@@ -302,9 +310,16 @@ def main() -> None:
         if args.resume and state_file.exists():
             parser.error("--init-from starts a new run: give another --work, or drop --resume")
         start = xnp.load(args.init_from)
-        if start.config != cfg:
+        if start.config.replace(prior_key=cfg.prior_key) != cfg:
             parser.error(f"{args.init_from} is not a model of this recipe's configuration")
-        params = start.params_
+        # the start's weights where it has them (all but a new prior key's, which stay
+        # as initialised: gates at zero, so the predictions are the start's)
+        own = dict(nnx.to_flat_state(params))
+        for path, value in nnx.to_flat_state(start.params_):
+            if path not in own:
+                parser.error(f"{args.init_from} has weights ({path}) this configuration lacks")
+            own[path] = value
+        params = nnx.from_flat_state(own)
     if args.resume and state_file.exists():
         saved = xnp.load(args.work / "latest")
         params = saved.params_

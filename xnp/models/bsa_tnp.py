@@ -71,7 +71,7 @@ class KRBlock(nnx.Module):
         self.norm2 = nnx.LayerNorm(d, dtype=dtype, rngs=rngs)
         self.attn = MultiHeadAttention(
             d, cfg.dim_attn, cfg.n_heads, d, kind=cfg.attention, q_chunk=cfg.q_chunk,
-            k_chunk=cfg.k_chunk, dtype=dtype, rngs=rngs,
+            k_chunk=cfg.k_chunk, dtype=dtype, rngs=rngs, prior=cfg.prior_key,
         )  # fmt: skip
         self.bias = SpaceTimeBias(
             cfg.n_heads, spatial=cfg.spatial_bias, spatial_scale=cfg.spatial_scale,

@@ -160,6 +160,11 @@ class BSATNPConfig(ConfigIO):
         Floor of the predictive standard deviation (in normalised units).
     attention : {"bsa", "dense"}
         Attention kernel: Biased Scan Attention, or the dense reference.
+    prior_key : bool
+        A learned prior key in every attention (:class:`xnp.nn.layers.MultiHeadAttention`):
+        the share of attention on the observations then falls with their distance,
+        so the prediction can revert to a prior far from them.  Gated from zero: a
+        model given it (e.g. a fine-tune of a pretrained one) starts unchanged.
     q_chunk, k_chunk : int
         Tile sizes of Biased Scan Attention.
     dtype : {"float32", "bfloat16", "float16"}
@@ -193,6 +198,7 @@ class BSATNPConfig(ConfigIO):
     head_hidden: tuple[int, ...] = (256, 64)
     min_std: float = 1e-3
     attention: Literal["bsa", "dense"] = "bsa"
+    prior_key: bool = False
     q_chunk: int = 512
     k_chunk: int = 512
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -214,7 +220,7 @@ class BSATNPConfig(ConfigIO):
         ):
             check_int(self, name)
         check_int(self, "dim_x", minimum=0)
-        for name in ("embed_s", "embed_t", "temporal_bias"):
+        for name in ("embed_s", "embed_t", "temporal_bias", "prior_key"):
             check_bool(self, name)
         if self.dim_attn % self.n_heads:
             raise ConfigError(

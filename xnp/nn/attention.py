@@ -219,7 +219,7 @@ def _forward_tiles(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
 
 @partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _bsa(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
-    return _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound)[0]
+    return _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound)
 
 
 def _bsa_fwd(fns, tiles, *args):
@@ -229,7 +229,7 @@ def _bsa_fwd(fns, tiles, *args):
     # which leaves need a cotangent, kept as pytree *structure* (None = not needed)
     needed = jax.tree.map(lambda p: () if p.perturbed else None, args, is_leaf=is_primal)
     out, lse = _forward(fns, tiles, *values)
-    return out, (values, needed, out, lse)
+    return (out, lse), (values, needed, out, lse)
 
 
 _bsa.defvjp(_bsa_fwd, bsa_backward, symbolic_zeros=True)
@@ -307,7 +307,8 @@ def biased_scan_attention(
     k_chunk: int = 512,
     bias_bounds: tuple[jax.Array, jax.Array] | None = None,
     b_chunk: int | None = None,
-) -> jax.Array:
+    return_lse: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Memory-efficient multi-head attention with a bias computed tile by tile.
 
     Computes, for every batch element ``b``, head ``h`` and query ``i``::
@@ -358,11 +359,17 @@ def biased_scan_attention(
         ``bias_fn`` then sees tiles of ``b_chunk`` batch elements; one that cannot
         (it closes over an array with a batch axis) runs on the whole batch by
         default, and raises :class:`ShapeError` with an explicit ``b_chunk``.
+    return_lse : bool
+        Also return the log-sum-exp of each query's biased scores over the valid
+        keys, ``[B, H, Nq]`` float32 (``+inf`` for a query without valid keys), with
+        its gradient: what merging this attention with further keys needs
+        (:class:`xnp.nn.layers.MultiHeadAttention`'s prior key).
 
     Returns
     -------
     array, shape ``[B, Nq, H, Dv]``
-        Same dtype as ``v``; softmax statistics are accumulated in float32.
+        Same dtype as ``v``; softmax statistics are accumulated in float32.  With
+        ``return_lse``, the pair ``(out, lse)``.
 
     Examples
     --------
@@ -413,17 +420,17 @@ def biased_scan_attention(
     tiles = (bc, qc, kc, bc_bwd, kc_bwd)
     args = (q_p, k_p, v_p, qf_p, kf_p, mask_p, list(consts))
     if bias_fn is None or bias_bounds is None:
-        out = _bsa(fns, tiles, *args, None)
+        out, lse = _bsa(fns, tiles, *args, None)
     else:
         lower, upper = (jax.lax.stop_gradient(jnp.asarray(x, jnp.float32)) for x in bias_bounds)
         if upper.shape != (q.shape[2],) or lower.shape != upper.shape:
             raise ShapeError(f"bias_bounds must be two arrays of shape [H] = [{q.shape[2]}].")
-        out = jax.lax.cond(
+        out, lse = jax.lax.cond(
             jnp.all(upper - lower < 60.0),
             lambda: _bsa(fns, tiles, *args, upper),
             lambda: _bsa(fns, tiles, *args, None),
         )
-    return out[:, :nq]
+    return (out[:, :nq], lse[:, :, :nq]) if return_lse else out[:, :nq]
 
 
 def dense_attention(
@@ -438,7 +445,8 @@ def dense_attention(
     q_chunk: int | None = None,
     k_chunk: int | None = None,
     bias_bounds: tuple[jax.Array, jax.Array] | None = None,
-) -> jax.Array:
+    return_lse: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Plain multi-head attention with the signature of :func:`biased_scan_attention`.
 
     Materialises the full ``[B, H, Nq, Nk]`` score matrix (and calls ``bias_fn``
@@ -464,4 +472,7 @@ def dense_attention(
     p = jax.nn.softmax(jnp.where(any_key, s, 0.0), axis=-1)
     p = jnp.where(any_key, p, 0.0)
     out = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.astype(v.dtype)
+    if not return_lse:
+        return out.astype(v.dtype)
+    lse = jax.nn.logsumexp(jnp.where(any_key, s, 0.0), axis=-1)
+    return out.astype(v.dtype), jnp.where(any_key[..., 0], lse, jnp.inf)

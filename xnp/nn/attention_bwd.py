@@ -66,18 +66,26 @@ class _GradLeaves:
         return jax.tree.unflatten(self.treedef, leaves)
 
 
-def bsa_backward(fns, tiles, res, d_out):
+def bsa_backward(fns, tiles, res, cotangents):
     """The custom VJP's backward rule: cotangents of every input of the attention.
 
     ``res`` is what the forward saved (inputs, which leaves need a cotangent, the
-    output and the log-sum-exp); ``d_out`` the output's cotangent.  Returns the
-    cotangents in the order of the attention's differentiable arguments.
+    output and the log-sum-exp); ``cotangents`` those of the output and of the
+    log-sum-exp.  Returns the cotangents in the order of the attention's
+    differentiable arguments.
+
+    The log-sum-exp's cotangent needs no kernel of its own: with
+    ``dS_ij = P_ij (dP_ij - delta_i)`` for the output and ``dS_ij = P_ij dlse_i``
+    for the log-sum-exp, both are the usual backward pass with ``delta - dlse``.
     """
     (q, k, v, qf, kf, mask, consts, _), needed, out, lse = res
+    d_out, d_lse = cotangents
     if isinstance(d_out, SymbolicZero):
         d_out = jnp.zeros(d_out.shape, d_out.dtype)
     # delta_i = Σ_d dO·O, laid out [B, H, Nq] like lse
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out, out, preferred_element_type=jnp.float32)
+    if not isinstance(d_lse, SymbolicZero):  # (a query without keys has lse = inf)
+        delta = delta - jnp.where(jnp.isfinite(lse), d_lse.astype(jnp.float32), 0.0)
     splits = tuple(
         _GradLeaves(tree, _flags(tree, need))
         for tree, need in ((qf, needed[3]), (kf, needed[4]), (consts, needed[6]))

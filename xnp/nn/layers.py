@@ -77,6 +77,19 @@ class MultiHeadAttention(nnx.Module):
     The attention kernel is Biased Scan Attention (``"bsa"``) or the dense
     reference (``"dense"``).
 
+    With ``prior=True`` every query also attends to one learned *prior key* per
+    head, which has no location and so no distance bias: its logit is
+    ``q·k_p / √D + c`` and its value ``v_p``.  Softmax weights sum to one, so
+    without it a query far from every key still spends all its attention on them;
+    with it, the share left to the keys falls as their distance biases decay and
+    the output moves to the learned ``v_p`` (in a neural process: the prediction
+    reverts to a prior far from the observations, and with no observation at
+    all).  The prior enters through a gate per head initialised at zero, so a
+    module built with the prior computes exactly what it computes without one
+    until training opens the gate (a pretrained model gains it without any change
+    at step 0).  Merging uses the attention's log-sum-exp (``return_lse``), so
+    the prior costs one dot product per query and head on any kernel.
+
     Examples
     --------
     >>> mha = MultiHeadAttention(8, 16, 2, 8, rngs=nnx.Rngs(0))
@@ -97,9 +110,18 @@ class MultiHeadAttention(nnx.Module):
         k_chunk: int = 512,
         rngs: nnx.Rngs,
         dtype: Any = jnp.float32,
+        prior: bool = False,
     ):
         self.n_heads = n_heads
         self.kind = kind
+        self.prior = prior
+        if prior:
+            d_head = d_attn // n_heads
+            key = rngs.params()
+            self.prior_k = nnx.Param(jax.random.normal(key, (n_heads, d_head)) / math.sqrt(d_head))
+            self.prior_v = nnx.Param(jnp.zeros((n_heads, d_head)))
+            self.prior_c = nnx.Param(jnp.zeros((n_heads,)))
+            self.prior_gate = nnx.Param(jnp.zeros((n_heads,)))
         self.q_chunk, self.k_chunk = q_chunk, k_chunk
         self.q = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
         self.k = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
@@ -126,8 +148,9 @@ class MultiHeadAttention(nnx.Module):
     ) -> jax.Array:
         """Attend from query tokens ``x`` ``[B, Nq, d_in]`` to projected ``kv``."""
         attend = biased_scan_attention if self.kind == "bsa" else dense_attention
+        q = self._heads(self.q(x))
         out = attend(
-            self._heads(self.q(x)),
+            q,
             *kv,
             bias_fn=bias_fn,
             q_feats=q_feats if bias_fn is not None else None,
@@ -136,5 +159,21 @@ class MultiHeadAttention(nnx.Module):
             q_chunk=self.q_chunk,
             k_chunk=self.k_chunk,
             bias_bounds=bias_bounds if bias_fn is not None else None,
+            return_lse=self.prior,
         )
+        if self.prior:
+            out = self._with_prior(q, *out)
         return self.out(out.reshape(*out.shape[:-2], -1))
+
+    def _with_prior(self, q: jax.Array, out: jax.Array, lse: jax.Array) -> jax.Array:
+        """The attention ``out`` ``[B, Nq, H, Dv]`` merged with the prior key's value."""
+        scale = q.shape[-1] ** -0.5
+        k_p, v_p = self.prior_k[...], self.prior_v[...]
+        s_p = jnp.einsum("bqhd,hd->bqh", q.astype(jnp.float32) * scale, k_p)
+        s_p = s_p + self.prior_c[...][None, None]
+        lse = jnp.swapaxes(lse, 1, 2)  # [B, Nq, H]; +inf where a query had no key
+        lse = jnp.where(jnp.isfinite(lse), lse, -jnp.inf)  # no key: all weight on the prior
+        share = jax.nn.sigmoid(s_p - lse)  # the prior's share of a softmax over both
+        mix = (self.prior_gate[...][None, None] * share)[..., None]
+        out32 = out.astype(jnp.float32)
+        return (out32 + mix * (v_p[None, None] - out32)).astype(out.dtype)
