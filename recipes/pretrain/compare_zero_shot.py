@@ -1,0 +1,158 @@
+"""Compare zero-shot models on validation data first, then on the test data.
+
+    python recipes/pretrain/compare_zero_shot.py MODEL [MODEL ...] [--baselines]
+
+Each MODEL is a pretrained name (``gp-sphere``) or a saved model directory (e.g. a
+candidate written by ``train_gp_sphere.py --out``).  For each, with and without
+``trend="linear"``:
+
+* **validation** (what a candidate is chosen on): ERA5 UK 2 m temperature at the
+  8 six-hourly frames of days 17–18, the 218 HadISD station cells as context and
+  the other 1,399 cells as targets (``zero_shot_trend.era5_task``); RMSE, NLL,
+  CRPS, 90 % and 95 % coverage, and the 95 % coverage of the targets more than
+  120 km from a station (where a model must know it is far from the data);
+  and the held-out synthetic fields of ``evaluate_zero_shot.py`` (NLL);
+* **test** (reported, never used to choose): the same ERA5 task at the 12 frames
+  of days 19–21 and the Texas stations (leave-one-out and 2° block CV).
+
+``--baselines`` adds ordinary kriging and the exact Matérn GP to the ERA5 rows.
+Prints markdown tables; writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import xnp
+from xnp.baselines import GaussianProcess, OrdinaryKriging
+from xnp.scoring.cross_validation import BlockKFold, LeaveOneOut, cross_validate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stations
+from evaluate_zero_shot import CASES
+from zero_shot_trend import era5_task
+
+VALIDATION = np.arange(16 * 24, 18 * 24, 6)  # days 17–18
+TEST = np.arange(18 * 24, 21 * 24, 6)  # days 19–21
+FAR_KM = 120.0
+METRICS = ("rmse", "nll", "crps", "coverage_90", "coverage_95")
+
+
+def load(name: str) -> xnp.NeuralProcess:
+    """A pretrained model by name, or a saved one (a candidate gets gp-sphere's working size)."""
+    if name in xnp.available_pretrained():
+        return xnp.pretrained(name)
+    model = xnp.load(name)
+    if "context_rms_km" not in (model.training or {}):
+        # a checkpoint of train_gp_sphere.py: its final save records the same working
+        # size and distance limit as the shipped model's
+        shipped = xnp.pretrained("gp-sphere").training
+        keys = ("context_rms_km", "max_distance_km")
+        model.training = {**(model.training or {}), **{k: shipped[k] for k in keys}}
+    return model
+
+
+def predictors(models: dict[str, xnp.NeuralProcess], baselines: bool) -> dict:
+    out = {}
+    for name, model in models.items():
+        out[name] = lambda c, t, m=model: xnp.predict(m, c, t)
+        out[f"{name}, trend='linear'"] = lambda c, t, m=model: xnp.predict(m, c, t, trend="linear")
+    if baselines:
+        out["ordinary kriging (spherical)"] = OrdinaryKriging("spherical").predict
+        out["exact GP, Matérn-5/2"] = GaussianProcess("matern52").predict
+    return out
+
+
+def era5_rows(methods: dict, frames: np.ndarray) -> str:
+    context, truth, targets = era5_task(frames)
+    far = np.flatnonzero(stations.nearest_km(context, targets) >= FAR_KM)
+    lines = []
+    for name, predict in methods.items():
+        pred = predict(context, targets)
+        s = xnp.evaluate(pred, truth, dim="cell")
+        scores = [float(s[f"t2m_{m}"].mean()) for m in METRICS]
+        s_far = xnp.evaluate(pred.isel(cell=far), truth.isel(cell=far), dim="cell")
+        scores.append(float(s_far.t2m_coverage_95.mean()))
+        lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in scores) + " |")
+        print(lines[-1], flush=True)
+    head = (
+        "| method | RMSE (K) | NLL | CRPS (K) | 90 % cov. | 95 % cov. | 95 % cov. beyond "
+        f"{FAR_KM:.0f} km ({far.size} cells) |\n|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(lines)
+
+
+def field_rows(models: dict[str, xnp.NeuralProcess], n_fields: int) -> str:
+    lines = []
+    for ell, box in CASES:
+        cells = []
+        for model in models.values():
+            nll = []
+            for seed in range(1, n_fields + 1):
+                ds = xnp.datasets.gp_sphere(
+                    n_lat=24, n_lon=24, lat_range=(45 - box, 45 + box), lon_range=(-box, box),
+                    lengthscale_km=ell, n_time=1, noise=0.05, seed=seed,
+                ).isel(time=0)  # fmt: skip
+                mask = np.random.default_rng(seed).random((24, 24)) < 0.2
+                mask = ds.field.copy(data=mask).astype(bool)
+                pred = xnp.predict(model, ds[["field"]].where(mask), ds.drop_vars("field"))
+                s = xnp.evaluate(pred.where(~mask), ds.where(~mask))
+                nll.append(float(s.field_nll))
+            cells.append(f"{np.mean(nll):.3f}")
+        lines.append(f"| {ell} km / {2 * box}° | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    return (
+        "| field lengthscale / box | " + " | ".join(models) + " |\n|---|"
+        + "---|" * len(models) + "\n" + "\n".join(lines)
+    )  # fmt: skip
+
+
+def texas_rows(methods: dict) -> str:
+    data = stations.open_texas()
+    cvs = {"leave-one-out": LeaveOneOut(), "block CV (2°)": BlockKFold(2.0, n_splits=5)}
+    lines = []
+    for cv_name, cv in cvs.items():
+        for name, predict in methods.items():
+            pooled = cross_validate(predict, data, "air_temperature", cv).sel(fold="pooled")
+            scores = [
+                float(pooled[f"air_temperature_{m}"])
+                for m in ("rmse", "nll", "crps", "coverage_95")
+            ]
+            lines.append(
+                f"| {cv_name} | {name} | " + " | ".join(f"{v:.3f}" for v in scores) + " |"
+            )
+            print(lines[-1], flush=True)
+    head = "| CV | method | RMSE (°C) | NLL | CRPS (°C) | 95 % cov. |\n|---|---|---|---|---|---|\n"
+    return head + "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+", help="pretrained names or model directories")
+    parser.add_argument("--baselines", action="store_true", help="kriging and the GP too")
+    parser.add_argument("--fields", type=int, default=4, help="synthetic fields per case (4)")
+    parser.add_argument("--no-test", action="store_true", help="validation only")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    models = {Path(m).name if Path(m).exists() else m: load(m) for m in args.models}
+    methods = predictors(models, args.baselines)
+    print("## Validation: ERA5 days 17–18 at the station cells\n")
+    print(era5_rows(methods, VALIDATION), "\n")
+    print("## Validation: held-out synthetic fields (NLL)\n")
+    print(field_rows(models, args.fields), "\n")
+    if args.no_test:
+        return
+    print("## Test: ERA5 days 19–21 at the station cells\n")
+    print(era5_rows(methods, TEST), "\n")
+    print("## Test: Texas\n")
+    print(texas_rows(predictors(models, False)), "\n")
+
+
+if __name__ == "__main__":
+    main()
