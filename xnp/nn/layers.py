@@ -69,6 +69,10 @@ class MLP(nnx.Module):
         return x
 
 
+#: Initial logit offset ``c`` of the prior key (see :class:`MultiHeadAttention`).
+PRIOR_LOGIT_INIT = math.log(20.0)
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention whose key/value projection can be computed once and reused.
 
@@ -120,7 +124,10 @@ class MultiHeadAttention(nnx.Module):
             key = rngs.params()
             self.prior_k = nnx.Param(jax.random.normal(key, (n_heads, d_head)) / math.sqrt(d_head))
             self.prior_v = nnx.Param(jnp.zeros((n_heads, d_head)))
-            self.prior_c = nnx.Param(jnp.zeros((n_heads,)))
+            # logit offset: the prior starts with a share of a few context keys' worth
+            # of attention (log 20), so that the gate's gradient is not vanishingly
+            # small; the gate at zero keeps the output exact whatever this is
+            self.prior_c = nnx.Param(jnp.full((n_heads,), PRIOR_LOGIT_INIT))
             self.prior_gate = nnx.Param(jnp.zeros((n_heads,)))
         self.q_chunk, self.k_chunk = q_chunk, k_chunk
         self.q = dense(d_in, d_attn, rngs=rngs, dtype=dtype)
