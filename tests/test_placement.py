@@ -65,6 +65,32 @@ def test_the_greedy_step_matches_a_brute_force_reference(field, fitted):
     assert np.isnan(out.acquisition_map.isel(step=1)[int(out.site_index[0])])
 
 
+def test_lazy_greedy_tries_fewer_and_loses_little(field, model):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    full = place_sensors(model, context, grid, grid, n_sites=5, batch_size=4, progress=False)
+    lazy = place_sensors(model, context, grid, grid, n_sites=5, batch_size=4, lazy=True,
+                         progress=False)  # fmt: skip
+    n = ds.lat.size * ds.lon.size
+    assert int(lazy.tried[0]) == int(full.tried[0]) == n  # the first step tries all
+    assert (full.tried.values[1:] == n - np.arange(1, 5)).all()
+    assert lazy.tried.values[1:].sum() < full.tried.values[1:].sum() / 2
+    assert int(lazy.site_index[0]) == int(full.site_index[0])
+    for step in lazy.step.values:
+        a = lazy.acquisition_map.sel(step=step).values
+        assert np.isfinite(a).sum() == int(lazy.tried.sel(step=step))  # NaN: not retried
+        assert float(lazy.acquisition.sel(step=step)) == np.nanmin(a)  # best of those tried
+        same_sites = (lazy.site_index[: step - 1] == full.site_index[: step - 1]).all()
+        if same_sites:  # the same context so far: the same scores where both tried
+            b = full.acquisition_map.sel(step=step).values
+            np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(a)], rtol=1e-5)
+    # a neural process's improvements need not shrink as sites are added, so lazy greedy
+    # may choose otherwise; its map is as good to within a few per cent
+    assert float(lazy.acquisition[-1]) < 1.03 * float(full.acquisition[-1])
+    with pytest.raises(ConfigError, match="lazy"):
+        place_sensors(model, context, grid, grid, n_sites=1, acquisition="std", lazy=True)
+
+
 def test_masks_oracle_and_std_acquisitions(field, model):
     ds, context = field
     allowed = ds.field.notnull() & (ds.lat > 52)  # a boolean mask of allowed cells

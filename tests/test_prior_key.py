@@ -51,8 +51,8 @@ def test_an_open_prior_is_one_more_key_of_the_softmax(kind):
     want = mha.out(o.reshape(*o.shape[:2], -1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # with no valid key at all, a query takes the prior's value
-    np.testing.assert_allclose(got[1], mha.out(jnp.broadcast_to(mha.prior_v[...].reshape(-1),
-                                                                (13, H * D))), atol=1e-5)  # fmt: skip
+    prior_only = jnp.broadcast_to(mha.prior_v[...].reshape(-1), (13, H * D))
+    np.testing.assert_allclose(got[1], mha.out(prior_only), atol=1e-5)
 
 
 def test_a_model_given_the_prior_starts_unchanged_and_learns_it():

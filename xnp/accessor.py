@@ -71,6 +71,7 @@ class _NPAccessor:
         acquisition: str = "mean_std",
         truth: Any = None,
         batch_size: int = 64,
+        lazy: bool = False,
         progress: bool = True,
     ) -> xr.Dataset:
         """Choose ``n_sites`` new sites among ``candidates`` with these observations as context.
@@ -81,7 +82,7 @@ class _NPAccessor:
 
         return place_sensors(
             model, self._obj, candidates, region, n_sites, acquisition=acquisition,
-            truth=truth, batch_size=batch_size, progress=progress,
+            truth=truth, batch_size=batch_size, lazy=lazy, progress=progress,
         )  # fmt: skip
 
     def evaluate(

@@ -11,6 +11,15 @@ The context is read and normalised once, from the current observations (for a
 zero-shot model: its standardisation and working size), and kept as sites are tried
 and added, so every candidate is scored on the same footing.
 
+With ``lazy=True`` the steps after the first try candidates in the order of the
+improvement they offered at the step before, a batch at a time, and stop as soon as
+no untried candidate's earlier improvement could beat the best one found (Minoux's
+lazy greedy).  The choice is the exhaustive greedy's whenever adding a site never
+makes another candidate more useful than it was (submodularity: a Gaussian
+process's variance reduction nearly has it, a neural process's is not guaranteed
+to); ``docs/benchmarks.md`` compares the two.  It pays when sites are many: most
+steps then try one or two batches instead of every candidate.
+
 A new site's value is unknown before it is built.  As DeepSensor does, it is taken
 to be the model's predictive mean at the site (given the context so far); only an
 *oracle* acquisition, for evaluation when the truth is known, uses the true value.
@@ -93,6 +102,7 @@ def place_sensors(
     acquisition: str = "mean_std",
     truth: xr.Dataset | xr.DataArray | None = None,
     batch_size: int = 64,
+    lazy: bool = False,
     progress: bool = True,
 ) -> xr.Dataset:
     """Choose ``n_sites`` new observation sites greedily from ``candidates``.
@@ -120,6 +130,11 @@ def place_sensors(
         the oracle acquisitions.
     batch_size : int
         Candidates tried per conditioning pass.
+    lazy : bool
+        Lazy greedy (see the module): after the first step, retry candidates in
+        order of their last improvement and stop when no other can beat the best.
+        For ``"mean_std"`` and ``"mean_variance"``.  ``acquisition_map`` is then
+        NaN for the candidates a step did not retry.
     progress : bool
         Show a progress bar over the steps.
 
@@ -130,12 +145,20 @@ def place_sensors(
         candidates), ``site_value`` (the value the site was added with, in the
         variable's units) and ``acquisition`` (the score after adding it); along
         ``(step, candidate)``: ``acquisition_map`` (each candidate's score at each
-        step; NaN for sites already chosen); ``acquisition_before`` (the score of
-        the context alone; for ``"std"``, the largest std at a candidate).
+        step; NaN for sites already chosen, and with ``lazy`` for candidates not
+        retried); ``acquisition_before`` (the score of the context alone; for
+        ``"std"``, the largest std at a candidate); ``tried`` along ``step``, the
+        candidates each step scored.
     """
     if acquisition not in ACQUISITIONS:
         raise ConfigError(f"acquisition must be one of {list(ACQUISITIONS)}; got {acquisition!r}.")
     check_count(n_sites=n_sites, batch_size=batch_size)
+    if lazy and acquisition not in ("mean_std", "mean_variance"):
+        raise ConfigError(
+            f"lazy=True is for the region acquisitions 'mean_std' and 'mean_variance' "
+            f"(their improvements shrink as sites are added); got {acquisition!r}. Use "
+            "lazy=False."
+        )
     oracle = acquisition.startswith("oracle")
     if oracle and truth is None:
         raise ConfigError(f"acquisition={acquisition!r} scores against the truth; pass truth=.")
@@ -172,8 +195,9 @@ def place_sensors(
     best_is_high = ACQUISITIONS[acquisition]
     remaining = np.ones(len(cand_ps), bool)
     scores = np.full((n_sites, len(cand_ps)), np.nan)
-    chosen, values = [], []
+    chosen, values, tried = [], [], []
     before = None
+    gains = np.full(len(cand_ps), np.inf)  # each candidate's last improvement (lazy)
     for step in tqdm(range(n_sites), desc="placing", disable=not progress):
         state = ctx.predictor.condition(Points.from_arrays(**grown))
         mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand_points))
@@ -183,21 +207,21 @@ def place_sensors(
             if step == 0:
                 before = float(score.max())
         else:
-            if step == 0:
-                before = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
-            score = _try_candidates(
-                ctx,
-                grown,
-                cand,
-                fill,
-                reg,
-                acquisition,
-                truth_r,
-                scale,
-                np.flatnonzero(remaining),
-                batch_size,
-            )
+            now = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
+            before = now if step == 0 else before
+
+            def attempt(which, grown=grown, fill=fill):
+                return _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r,
+                                       scale, which, batch_size)  # fmt: skip
+
+            if lazy and step > 0:
+                score = _lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
+            else:
+                score = attempt(np.flatnonzero(remaining))
+            fresh = np.isfinite(score)
+            gains[fresh] = now - score[fresh]
         score = np.where(remaining, score, np.nan)
+        tried.append(int(np.isfinite(score).sum()))
         scores[step] = score
         pick = int(np.nanargmax(score) if best_is_high else np.nanargmin(score))
         chosen.append(pick)
@@ -216,6 +240,7 @@ def place_sensors(
             "acquisition": ("step", scores[np.arange(n_sites), idx]),
             "acquisition_map": (("step", "candidate"), scores),
             "acquisition_before": ((), float(before)),
+            "tried": ("step", np.asarray(tried)),
         },
         coords={
             "step": np.arange(1, n_sites + 1),
@@ -298,6 +323,25 @@ def _score(ctx, mean, std, acquisition, truth_r, scale) -> np.ndarray:
     if acquisition == "oracle_rmse":
         return np.sqrt((err**2).mean(axis=(1, 2)))
     return (0.5 * np.log(2 * np.pi * std**2) + 0.5 * (err / std) ** 2).mean(axis=(1, 2))
+
+
+def _lazily(attempt, which: np.ndarray, gains: np.ndarray, now: float, batch_size: int):
+    """Scores of the candidates lazy greedy retries (NaN for the others).
+
+    ``which`` are the remaining candidates, ``gains`` their improvements at the
+    step each was last tried (upper bounds of today's if improvements only
+    shrink), ``now`` the score without a new site (lower is better).
+    """
+    order = which[np.argsort(-gains[which], kind="stable")]
+    score = np.full(gains.size, np.nan)
+    for start in range(0, order.size, batch_size):
+        part = order[start : start + batch_size]
+        score[part] = attempt(part)[part]
+        best = now - np.nanmin(score)
+        following = start + batch_size
+        if following >= order.size or best >= gains[order[following]]:
+            break
+    return score
 
 
 def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, which, batch_size):

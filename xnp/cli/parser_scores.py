@@ -72,6 +72,10 @@ def add_place(subs: Any) -> None:
     )
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                    help="candidates tried per pass (default: %(default)s)")  # fmt: skip
+    p.add_argument("--lazy", action="store_true",
+                   help="lazy greedy: after the first site, retry candidates in order of their "
+                   "last improvement and stop when none can beat the best (much faster for "
+                   "many sites; mean_std and mean_variance only)")  # fmt: skip
     p.add_argument("--out", metavar="FILE", required=True, help="result: .nc or .zarr")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(

@@ -36,7 +36,7 @@ def run_place(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         region = files.enter_context(open_data(args.region, what="region"))
     result = place_sensors(
         model, context, candidates, region, args.n_sites, acquisition=args.acquisition,
-        batch_size=args.batch_size, progress=args.progress,
+        batch_size=args.batch_size, lazy=args.lazy, progress=args.progress,
     )  # fmt: skip
     print(f"before: {args.acquisition} {float(result.acquisition_before):.4g}")
     for step in result.step.values:
