@@ -140,7 +140,11 @@ def main() -> None:
     parser.add_argument("--no-test", action="store_true", help="validation only")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    models = {Path(m).name if Path(m).exists() else m: load(m) for m in args.models}
+    names = [f"{Path(m).parent.name}/{Path(m).name}" if Path(m).exists() else m
+             for m in args.models]  # fmt: skip
+    if len(set(names)) < len(names):
+        parser.error(f"the models' names repeat: {names}")
+    models = {name: load(m) for name, m in zip(names, args.models, strict=True)}
     methods = predictors(models, args.baselines)
     print("## Validation: ERA5 days 17–18 at the station cells\n")
     print(era5_rows(methods, VALIDATION), "\n")
