@@ -165,6 +165,9 @@ def train(
     sharded = NamedSharding(mesh, PartitionSpec("batch"))
     step_fn = fit_step(graphdef, config.clip_norm, config.weight_decay)
     evaluate = eval_step(graphdef)
+    # several CPU devices: one step in flight at a time (see metrics.batch_scores: queued
+    # sharded runs can deadlock XLA's CPU collectives); GPUs keep asynchronous dispatch
+    in_step = mesh.devices.size > 1 and mesh.devices.flat[0].platform == "cpu"
     params = jax.device_put(state.params, replicated)
     opt_state = jax.device_put(state.opt_state, replicated)
     best = None if state.best_params is None else jax.device_put(state.best_params, replicated)
@@ -202,6 +205,8 @@ def train(
                     config.rate_at(learning_rate, max(k / steps, elapsed() / time_budget))
                 )
             params, opt_state, loss = step_fn(params, opt_state, fetch.get(k), lr)
+            if in_step:
+                jax.block_until_ready(loss)
             losses.append(loss)
             done = k + 1
             if time_budget is None:

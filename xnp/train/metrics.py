@@ -64,10 +64,17 @@ def batch_scores(
     ``evaluate`` is an evaluation step (:func:`eval_step`); ``scale`` the
     per-channel standard deviations that turn normalised RMSE into data units.
     The NLL stays normalised.  No batch, or no valid target: NaN scores.
+
+    Each batch's sums are awaited before the next is dispatched: with the batch
+    sharded over several CPU devices, a queue of evaluation steps and their
+    sums could deadlock XLA's CPU collectives (an all-reduce waiting for a
+    device whose next launch waits for a free slot), which XLA ends by aborting
+    the process after 40 s.  Validation is rare, so the lost overlap costs
+    nothing.
     """
     totals: dict[str, Any] = {}
     for batch in batches:
-        sums = evaluate(params, batch)
+        sums = jax.block_until_ready(evaluate(params, batch))
         totals = sums if not totals else jax.tree.map(jnp.add, totals, sums)
     if not totals:
         return float("nan"), [float("nan")] * np.size(scale), float("nan")
