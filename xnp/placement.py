@@ -207,8 +207,9 @@ def place_sensors(
             if step == 0:
                 before = float(score.max())
         else:
-            now = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
-            before = now if step == 0 else before
+            if step == 0 or lazy:  # the score without a new site (lazy: every step's)
+                now = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
+                before = now if step == 0 else before
 
             def attempt(which, grown=grown, fill=fill):
                 return _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r,
@@ -218,8 +219,9 @@ def place_sensors(
                 score = _lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
             else:
                 score = attempt(np.flatnonzero(remaining))
-            fresh = np.isfinite(score)
-            gains[fresh] = now - score[fresh]
+            if lazy:
+                fresh = np.isfinite(score)
+                gains[fresh] = now - score[fresh]
         score = np.where(remaining, score, np.nan)
         tried.append(int(np.isfinite(score).sum()))
         scores[step] = score

@@ -89,10 +89,15 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ok": bool once decided, "lib": the loaded library
 
 
-def _mode() -> str:
-    mode = os.environ.get("XNP_NATIVE", "auto").strip().lower()
+def switch(variable: str) -> str:
+    """The setting ``"auto"``, ``"0"`` or ``"1"`` of a kernel's environment switch.
+
+    ``XNP_NATIVE`` here, ``XNP_PALLAS`` for :mod:`xnp.nn.pallas_attention`; unset
+    means ``auto``; anything else raises :class:`~xnp.errors.ConfigError`.
+    """
+    mode = os.environ.get(variable, "auto").strip().lower()
     if mode not in ("auto", "0", "1"):
-        raise ConfigError(f"XNP_NATIVE must be 'auto', '0' or '1'; got {mode!r}.")
+        raise ConfigError(f"{variable} must be 'auto', '0' or '1'; got {mode!r}.")
     return mode
 
 
@@ -171,7 +176,7 @@ def enabled() -> bool:
     cannot be built (the reason is logged once); raises
     :class:`~xnp.errors.NativeKernelError` in that case with ``XNP_NATIVE=1``.
     """
-    mode = _mode()
+    mode = switch("XNP_NATIVE")
     if mode == "0":
         return False
     with _lock:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from typing import Any
 
 import jax
@@ -59,6 +58,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from xnp.errors import ConfigError
 from xnp.nn.bias import RBFSpec
+from xnp.nn.native import switch
 
 __all__ = ["enabled", "rbf_attention"]
 
@@ -74,13 +74,6 @@ ASIN_RATIO = (
 )  # fmt: skip
 
 
-def _mode() -> str:
-    mode = os.environ.get("XNP_PALLAS", "auto").strip().lower()
-    if mode not in ("auto", "0", "1"):
-        raise ConfigError(f"XNP_PALLAS must be 'auto', '0' or '1'; got {mode!r}.")
-    return mode
-
-
 def enabled() -> bool:
     """Whether ``XNP_PALLAS`` lets Biased Scan Attention use these kernels on NVIDIA GPUs.
 
@@ -88,7 +81,7 @@ def enabled() -> bool:
     :class:`~xnp.errors.ConfigError`.  (Whether a GPU is present is the caller's
     question: the kernels never run on the CPU outside the interpreter.)
     """
-    return _mode() != "0"
+    return switch("XNP_PALLAS") != "0"
 
 
 @dataclasses.dataclass(frozen=True)
