@@ -133,3 +133,14 @@ def test_the_accessor_and_the_command_line(field, model, tmp_path, capsys):
     written = xr.open_dataset(tmp_path / "sites.nc")
     np.testing.assert_allclose(written.site_lat, out.site_lat)
     assert "site 1: lat" in capsys.readouterr().out
+    # lazy greedy from both: the same sites, fewer candidates tried after the first
+    lazy = context.np.place_sensors(model, grid, grid, 3, lazy=True, batch_size=4,
+                                    progress=False)  # fmt: skip
+    assert int(lazy.tried[0]) == grid.lat.size * grid.lon.size > int(lazy.tried[1])
+    status = main(["place", "gp-sphere", str(tmp_path / "obs.nc"), str(tmp_path / "grid.nc"),
+                   "-n", "3", "--lazy", "--batch-size", "4", "--out",
+                   str(tmp_path / "lazy.nc"), "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    written = xr.open_dataset(tmp_path / "lazy.nc")
+    np.testing.assert_allclose(written.site_lat, lazy.site_lat)
+    np.testing.assert_array_equal(written.tried, lazy.tried)
