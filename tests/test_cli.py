@@ -418,6 +418,17 @@ def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monk
     with xr.open_dataset(tmp_path / "t.nc") as pred:
         assert pred.attrs["xnp_trend"].startswith("linear")
         assert np.isfinite(pred["field_mean"].values).all()
+    # calibrated on the context: the same numbers as the Python API's
+    status, out, err = run(capsys, "predict", "gp-sphere", files / "data.nc", files / "grid.nc",
+                           "--time", "2000-01-01T06", "--calibrate", "--seed", "2", "--out",
+                           tmp_path / "c.nc", "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "c.nc") as pred, xr.open_dataset(files / "data.nc") as d, \
+            xr.open_dataset(files / "grid.nc") as grid:  # fmt: skip
+        assert "cross-validation" in pred.attrs["xnp_calibration"]
+        want = xnp.predict("gp-sphere", d.field, grid, time="2000-01-01T06", calibrate=True,
+                           seed=2)  # fmt: skip
+        np.testing.assert_allclose(pred["field_std"], want["field_std"], rtol=1e-5)
     # a path that exists wins over a pretrained model of the same name
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gp-sphere").mkdir()

@@ -4,7 +4,7 @@
 
 Each MODEL is a pretrained name (``gp-sphere``) or a saved model directory (e.g. a
 candidate written by ``train_gp_sphere.py --out``).  For each, with and without
-``trend="linear"``:
+``trend="linear"``, and each of those with and without ``calibrate=True``:
 
 * **validation** (what a candidate is chosen on): ERA5 UK 2 m temperature at the
   8 six-hourly frames of days 17–18, the 218 HadISD station cells as context and
@@ -59,10 +59,16 @@ def load(name: str) -> xnp.NeuralProcess:
 
 
 def predictors(models: dict[str, xnp.NeuralProcess], baselines: bool) -> dict:
+    """Each model with and without ``trend="linear"``, each also with ``calibrate=True``."""
     out = {}
     for name, model in models.items():
-        out[name] = lambda c, t, m=model: xnp.predict(m, c, t)
-        out[f"{name}, trend='linear'"] = lambda c, t, m=model: xnp.predict(m, c, t, trend="linear")
+        for trend in (None, "linear"):
+            for calibrate in (False, True):
+                label = name + (f", trend='{trend}'" if trend else "")
+                label += ", calibrate=True" if calibrate else ""
+                out[label] = lambda c, t, m=model, tr=trend, ca=calibrate: xnp.predict(
+                    m, c, t, trend=tr, calibrate=ca
+                )
     if baselines:
         out["ordinary kriging (spherical)"] = OrdinaryKriging("spherical").predict
         out["exact GP, Matérn-5/2"] = GaussianProcess("matern52").predict
@@ -89,10 +95,17 @@ def era5_rows(methods: dict, frames: np.ndarray) -> str:
 
 
 def field_rows(models: dict[str, xnp.NeuralProcess], n_fields: int) -> str:
+    """NLL on held-out synthetic fields, each model plain and with ``calibrate=True``."""
+    variants = {}
+    for name, model in models.items():
+        variants[name] = lambda c, t, m=model: xnp.predict(m, c, t)
+        variants[f"{name}, calibrate=True"] = lambda c, t, m=model: xnp.predict(
+            m, c, t, calibrate=True
+        )
     lines = []
     for ell, box in CASES:
         cells = []
-        for model in models.values():
+        for predict in variants.values():
             nll = []
             for seed in range(1, n_fields + 1):
                 ds = xnp.datasets.gp_sphere(
@@ -101,15 +114,15 @@ def field_rows(models: dict[str, xnp.NeuralProcess], n_fields: int) -> str:
                 ).isel(time=0)  # fmt: skip
                 mask = np.random.default_rng(seed).random((24, 24)) < 0.2
                 mask = ds.field.copy(data=mask).astype(bool)
-                pred = xnp.predict(model, ds[["field"]].where(mask), ds.drop_vars("field"))
+                pred = predict(ds[["field"]].where(mask), ds.drop_vars("field"))
                 s = xnp.evaluate(pred.where(~mask), ds.where(~mask))
                 nll.append(float(s.field_nll))
             cells.append(f"{np.mean(nll):.3f}")
         lines.append(f"| {ell} km / {2 * box}° | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     return (
-        "| field lengthscale / box | " + " | ".join(models) + " |\n|---|"
-        + "---|" * len(models) + "\n" + "\n".join(lines)
+        "| field lengthscale / box | " + " | ".join(variants) + " |\n|---|"
+        + "---|" * len(variants) + "\n" + "\n".join(lines)
     )  # fmt: skip
 
 

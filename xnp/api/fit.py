@@ -95,6 +95,15 @@ _UNLIMITED_STEPS = 10**9
 _NOT_RUN = ("checkpoint_every", "keep_checkpoints", "prefetch")
 
 
+def _run_config(config: TrainConfig) -> dict[str, Any]:
+    """The TrainConfig fields that change a fit's result (as its checkpoints record them).
+
+    ``ema`` is left out when off, so checkpoints written before it existed resume.
+    """
+    fields = config.to_dict()
+    return {k: v for k, v in fields.items() if k not in _NOT_RUN and (k != "ema" or v)}
+
+
 def fit(
     data: xr.Dataset | xr.DataArray,
     variable: str | Sequence[str] | None = None,
@@ -351,7 +360,7 @@ def fit(
         "learning_rate": float(learning_rate), "seed": int(seed),
         "validation": fraction if val_data is None else (
             "dataset" if isinstance(validation, xr.Dataset) else "times"),
-        "train_config": {k: v for k, v in config.to_dict().items() if k not in _NOT_RUN},
+        "train_config": _run_config(config),
         "context_size": nc, "target_size": nt, "sources": sources, "time_budget_s": budget,
         "fine_tuned_from": None if start is None else start.record, "trend": trend,
     }  # fmt: skip
@@ -392,7 +401,7 @@ def fit(
         use_best = final and s.best_params is not None
         return NeuralProcess(
             cfg,
-            s.best_params if use_best else s.params,
+            s.best_params if use_best else (s.averaged if final else s.params),
             normaliser=sampler.normaliser,
             variables=variables,
             covariates=covariates,

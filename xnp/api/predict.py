@@ -61,6 +61,7 @@ def predict(
     sample_step: int = 64,
     seed: int = 0,
     max_context: int | None = None,
+    calibrate: bool = False,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -156,6 +157,16 @@ def predict(
         so for forecasts from full grids this costs little accuracy (the
         forecasting guide measures it); for interpolation every dropped
         observation is information lost.  Default: all observations.
+    calibrate : bool
+        Rescale the predictive std by the context's own 10-fold cross-validation
+        (:mod:`xnp.prediction.calibration`): each tenth of the observations is
+        predicted from the rest exactly as the targets are, and the std is
+        multiplied by the root mean square of their standardised errors, per
+        variable and per time (the result's ``xnp_calibration`` attribute gives
+        the factors).  For interpolation (not forecasts, not joint samples), with
+        at least 10 observations; it costs 10 more conditionings.  The shipped
+        zero-shot model's intervals are too wide on real temperature fields
+        (:doc:`/user-guide/pretrained`): this corrects them.
 
     Returns
     -------
@@ -173,5 +184,5 @@ def predict(
         model, data, targets, time=time, lead_time=lead_time, context_radius=context_radius,
         chunks=chunks, memory_budget=memory_budget, progress=progress,
         context_sources=context_sources, trend=trend, samples=samples,
-        sample_step=sample_step, seed=seed, max_context=max_context,
+        sample_step=sample_step, seed=seed, max_context=max_context, calibrate=calibrate,
     )  # fmt: skip

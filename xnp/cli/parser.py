@@ -370,8 +370,15 @@ def _add_predict(subs: Any) -> None:
         "(default: all observations)",
     )
     p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="rescale the predictive std by a 10-fold cross-validation of the context "
+        "(interpolation only; 10 more conditionings per time)",
+    )
+    p.add_argument(
         "--seed", type=int, default=0, metavar="N",
-        help="seed of the --max-context subset (default: %(default)s)",
+        help="seed of the --max-context subset and of the --calibrate folds "
+        "(default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--chunks",

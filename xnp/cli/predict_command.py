@@ -95,7 +95,7 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         model, context, targets, time=when, context_radius=args.context_radius,
         chunks=chunks, memory_budget=args.memory_budget, trend=args.trend,
         context_sources=open_sources(args, files), max_context=args.max_context,
-        seed=args.seed, **kwargs,
+        seed=args.seed, calibrate=args.calibrate, **kwargs,
     )  # fmt: skip
     first = pred[f"{variables[0]}_mean"]
     log.info("predicting %s at %s points in %d dask blocks", ", ".join(variables),

@@ -40,7 +40,7 @@ import scipy.spatial
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
 
-__all__ = ["Offset", "Trend", "gls_covariance", "rms_spread"]
+__all__ = ["Offset", "Rescaled", "Trend", "gls_covariance", "rms_spread"]
 
 #: Below this length of the mean unit vector the points surround the globe, and the
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
@@ -104,6 +104,29 @@ class Offset(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predictions ``(mean, std)`` of what the model saw → predictions of the field."""
         ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Rescaled:
+    """An offset (or none) whose predictive std is then multiplied by ``factor`` ``[Dy]``.
+
+    Examples
+    --------
+    >>> r = Rescaled(None, np.array([0.5]))
+    >>> r.add_to(np.zeros((1, 2)), np.array([[1.0]]), np.array([[2.0]]))
+    (array([[1.]]), array([[1.]]))
+    """
+
+    inner: Offset | None
+    factor: np.ndarray
+
+    def add_to(
+        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The inner offset's predictions, with the std rescaled (dtypes kept)."""
+        if self.inner is not None:
+            mean, std = self.inner.add_to(s, mean, std, prior_std)
+        return mean, (np.asarray(std) * self.factor).astype(np.asarray(std).dtype)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -25,7 +25,7 @@ from xnp.data.coords import find_coords, source_dataset
 from xnp.data.flatten import PointSet, to_points
 from xnp.data.normalise import Normaliser, Stats, is_zero_shot
 from xnp.data.times import match_hours, time_hours
-from xnp.data.trend import DEGREES, Trend, rms_spread
+from xnp.data.trend import DEGREES, Offset, Rescaled, Trend, rms_spread
 from xnp.errors import (
     ConfigError,
     EmptyDataError,
@@ -49,6 +49,7 @@ __all__ = [
     "Options",
     "build_context",
     "check_sources",
+    "context_from_points",
     "coord_names",
     "model_points",
     "prior_std",
@@ -76,6 +77,9 @@ class Options:
     seed: int = 0
     #: condition on at most this many of the context's own points (a random subset)
     max_context: int | None = None
+    #: rescale the predictive std by the context's own cross-validation
+    #: (:mod:`xnp.prediction.calibration`)
+    calibrate: bool = False
 
 
 def model_points(
@@ -113,7 +117,16 @@ class Context:
     #: the observations of the context's own data as read (raw values, before any
     #: trend): what a forecast baseline persists
     observed: PointSet | None = None
+    #: ``[Dy]`` factors of the predictive std found by cross-validation, or None
+    std_scale: np.ndarray | None = None
     _state: Any = None
+
+    @property
+    def offset(self) -> Offset | None:
+        """What the predictions of the model become predictions of the field by."""
+        if self.std_scale is None:
+            return self.trend
+        return Rescaled(self.trend, self.std_scale)
 
     def state(self) -> Any:
         """The conditioned state of the context (conditioned on first use)."""
@@ -212,6 +225,21 @@ def build_context(model: Any, data: xr.Dataset, opts: Options, *, reference: flo
             f"(observations: {counts}); each context point carries every variable, so "
             "this model needs places where all are observed at the same time."
         ) from err
+    return context_from_points(model, ps, data, opts, reference=reference)
+
+
+def context_from_points(
+    model: Any, ps: PointSet, data: xr.Dataset, opts: Options, *, reference: float | None = None
+) -> Context:
+    """The :class:`Context` of the observations ``ps`` read from ``data``.
+
+    The second half of :func:`build_context` (``data`` gives the variables'
+    attributes and the time named in messages): a zero-shot model's trend and
+    standardisation, thinning to ``opts.max_context``, further sources.  Cross-
+    validation (:mod:`xnp.prediction.calibration`) calls it on subsets of ``ps``.
+    """
+    variables = list(model.variables)
+    zero_shot = is_zero_shot(model)
     trend, observed = None, ps
     if zero_shot:  # standardise by this context set's own statistics, as in pretraining
         raw = ps.f

@@ -73,6 +73,7 @@ def predict_with(
     sample_step: int = 64,
     seed: int = 0,
     max_context: int | None = None,
+    calibrate: bool = False,
 ) -> xr.Dataset:
     """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
 
@@ -82,6 +83,8 @@ def predict_with(
     :func:`xnp.predict`, one layer up.
     """
     model = check_model(model)
+    if not isinstance(calibrate, bool | np.bool_):
+        raise ConfigError(f"calibrate must be True or False; got {calibrate!r}.")
     if trend is not None and trend != "none" and trend not in DEGREES:
         raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
     if trend is None:  # the model's own: that of a model fine-tuned with a trend
@@ -112,12 +115,19 @@ def predict_with(
         raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
     opts = Options(radius_km, chunks, memory_budget, progress,
                    check_sources(model, context_sources), trend, samples, sample_step,
-                   seed, max_context)  # fmt: skip
+                   seed, max_context, bool(calibrate))  # fmt: skip
     check_sampling(opts)
     layout = find_coords(data, model.variables[0], **coord_names(model, data))
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task
     if isinstance(task, ForecastTasks):
+        if calibrate:
+            raise ConfigError(
+                "calibrate=True cross-validates an interpolation's context; a forecast's "
+                "targets lie hours ahead of it, so its errors there say nothing of the "
+                "forecast's. A forecast model's std is calibrated by its training; predict "
+                "without calibrate=."
+            )
         return where.arrange(
             forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
         )

@@ -14,6 +14,7 @@ from xnp.errors import (
     ConfigError,
 )
 from xnp.prediction.blocks import Payload, as_dask, lazy_prediction
+from xnp.prediction.calibration import FOLDS, calibrated
 from xnp.prediction.context import (
     Context,
     Options,
@@ -43,7 +44,7 @@ def run_targets(
     context's trend is (the two never meet: trends are for zero-shot models).
     """
     model = ctx.model
-    offset = ctx.trend if offset is None else offset
+    offset = ctx.offset if offset is None else offset
     names = coord_names(model, template)
     one = at_one_place(template, names)
     if one is not None:  # targets at a single place: a scalar prediction
@@ -102,9 +103,18 @@ def run_targets(
 
 def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
     """The prediction at the points of ``template`` from the observations of one frame."""
-    out = run_targets(build_context(model, data, opts), template, opts)
+    ctx = build_context(model, data, opts)
+    if opts.calibrate:
+        ctx = calibrated(model, ctx, data, opts)
+    out = run_targets(ctx, template, opts)
     if opts.trend is not None:
         out.attrs["xnp_trend"] = f"{opts.trend}: {_TREND_NOTES[opts.trend]}"
+    if ctx.std_scale is not None:
+        factors = ", ".join(f"{v} × {f:.3f}" for v, f in zip(ctx.model.variables, ctx.std_scale,
+                                                              strict=True))  # fmt: skip
+        out.attrs["xnp_calibration"] = (
+            f"predictive std rescaled by {FOLDS}-fold cross-validation on the context: {factors}"
+        )
     return out
 
 

@@ -42,6 +42,11 @@ def check_sampling(opts: Options) -> None:
         raise ConfigError(
             "joint samples condition on the whole context; drop context_radius= to draw them."
         )
+    if opts.calibrate:
+        raise ConfigError(
+            "calibrate=True rescales the marginal predictive std, not the joint draws; draw "
+            "samples without calibrate=, or predict the calibrated marginals separately."
+        )
 
 
 def joint_samples(

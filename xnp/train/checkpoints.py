@@ -4,8 +4,9 @@ A checkpoint folder (:class:`CheckpointDir`) holds ``step-XXXXXXXX`` directories
 and a ``LATEST`` pointer file replaced atomically after each one is complete;
 older steps are pruned afterwards.  Each checkpoint is a loadable model
 directory (written by the caller) plus the rest of the :class:`TrainState`:
-the optimiser state, the best validated parameters and the losses since the
-last history row (:func:`write_state`, :func:`read_state`).  Nothing is pickled.
+the optimiser state, the best validated parameters, the parameters' moving
+average and the losses since the last history row (:func:`write_state`,
+:func:`read_state`).  Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -153,10 +154,11 @@ class CheckpointDir:
 def write_state(directory: Path, state: TrainState, run: dict[str, Any]) -> dict[str, Any]:
     """Write what a checkpoint holds beyond the model; return its ``checkpoint`` record.
 
-    The optimiser state and the best parameters go to safetensors files in
-    ``directory``; the record (steps, best NLL, pending losses, checksums and the
-    ``run`` description that :func:`read_state` compares) belongs in the
-    checkpoint's ``config.json`` under ``"checkpoint"``.
+    The optimiser state, the best parameters and the parameters' moving average
+    (with ``TrainConfig.ema``) go to safetensors files in ``directory``; the
+    record (steps, best NLL, pending losses, checksums and the ``run``
+    description that :func:`read_state` compares) belongs in the checkpoint's
+    ``config.json`` under ``"checkpoint"``.
     """
     record: dict[str, Any] = {
         "step": state.step, "best_step": state.best_step, "run": run,
@@ -170,6 +172,10 @@ def write_state(directory: Path, state: TrainState, run: dict[str, Any]) -> dict
     if state.best_params is not None:
         record["best_sha256"] = write_arrays(
             directory / "best_params.safetensors", tree_to_arrays(state.best_params)
+        )
+    if state.ema_params is not None:
+        record["ema_sha256"] = write_arrays(
+            directory / "ema_params.safetensors", tree_to_arrays(state.ema_params)
         )
     return record
 
@@ -217,6 +223,12 @@ def _read_state(
             graph_params,
             read_arrays(directory / "best_params.safetensors", stored["best_sha256"]),
         )
+    average = None
+    if stored.get("ema_sha256"):
+        average = arrays_to_tree(
+            graph_params,
+            read_arrays(directory / "ema_params.safetensors", stored["ema_sha256"]),
+        )
     history = history_lists(read_json(directory / "history.json"))
     best_nll = math.inf if stored.get("best_nll") is None else float(stored["best_nll"])
     to_jax = lambda tree: jax.tree.map(jax.numpy.asarray, tree)  # noqa: E731
@@ -228,6 +240,7 @@ def _read_state(
         best_step=int(stored.get("best_step", 0)),
         best_nll=best_nll,
         history=history,
+        ema_params=None if average is None else to_jax(average),
         pending_losses=tuple(float(x) for x in stored.get("pending_losses", [])),
         seconds=float(stored.get("seconds", 0.0)),
     )

@@ -32,7 +32,7 @@ from xnp.errors import ConfigError, XnpError, XnpWarning
 from xnp.train.metrics import batch_scores, eval_step
 from xnp.train.settings import TrainConfig
 from xnp.train.state import TrainState
-from xnp.train.steps import fit_step
+from xnp.train.steps import averaged_fit_step, fit_step
 
 __all__ = ["data_mesh", "train"]
 
@@ -164,6 +164,9 @@ def train(
     replicated = NamedSharding(mesh, PartitionSpec())
     sharded = NamedSharding(mesh, PartitionSpec("batch"))
     step_fn = fit_step(graphdef, config.clip_norm, config.weight_decay)
+    averaging = config.ema > 0
+    if averaging:
+        step_fn = averaged_fit_step(graphdef, config.clip_norm, config.weight_decay)
     evaluate = eval_step(graphdef)
     # several CPU devices: one step in flight at a time (see metrics.batch_scores: queued
     # sharded runs can deadlock XLA's CPU collectives); GPUs keep asynchronous dispatch
@@ -171,6 +174,10 @@ def train(
     params = jax.device_put(state.params, replicated)
     opt_state = jax.device_put(state.opt_state, replicated)
     best = None if state.best_params is None else jax.device_put(state.best_params, replicated)
+    average = None
+    if averaging:  # a fresh run starts the average at the initial parameters
+        start_average = state.params if state.ema_params is None else state.ema_params
+        average = jax.device_put(jax.tree.map(jnp.copy, start_average), replicated)
     val_batches = [jax.device_put(b, sharded) for b in validation or ()]
     scale = np.asarray(value_scale, np.float64)
     history = {k: list(v) for k, v in state.history.items()}
@@ -193,7 +200,7 @@ def train(
     def snapshot(**more: Any) -> TrainState:
         """The state now (the loop's current values)."""
         return TrainState(done, params, opt_state, best, best_step, best_nll, history,
-                          seconds=elapsed(), **more)  # fmt: skip
+                          ema_params=average, seconds=elapsed(), **more)  # fmt: skip
 
     failures: list[int] = []
     try:
@@ -204,7 +211,13 @@ def train(
                 lr = np.float32(
                     config.rate_at(learning_rate, max(k / steps, elapsed() / time_budget))
                 )
-            params, opt_state, loss = step_fn(params, opt_state, fetch.get(k), lr)
+            if averaging:
+                decay = np.float32(config.ema_decay(k))
+                params, opt_state, average, loss = step_fn(
+                    params, opt_state, average, fetch.get(k), lr, decay
+                )
+            else:
+                params, opt_state, loss = step_fn(params, opt_state, fetch.get(k), lr)
             if in_step:
                 jax.block_until_ready(loss)
             losses.append(loss)
@@ -244,11 +257,12 @@ def train(
                 "steps_per_second": speed,
             }
             if val_batches and (done % config.validate_every == 0 or last):
-                nll, rmse, coverage = batch_scores(evaluate, params, val_batches, scale)
+                judged = average if averaging else params  # what a model of this step uses
+                nll, rmse, coverage = batch_scores(evaluate, judged, val_batches, scale)
                 row.update(val_nll=nll, val_rmse=rmse, val_coverage=coverage)
                 if nll < best_nll:
                     best_nll, best_step = nll, done
-                    best = jax.tree.map(jnp.copy, params)
+                    best = jax.tree.map(jnp.copy, judged)
                 log.info("step %d: train NLL %.4f, validation NLL %.4f", done, train_nll, nll)
                 tick = time.perf_counter()  # do not count validation time as training speed
             for key, value in row.items():
@@ -324,12 +338,12 @@ def _interrupted(
     """
     deleted = any(
         getattr(x, "is_deleted", lambda: False)()
-        for x in jax.tree.leaves((state.params, state.opt_state))
+        for x in jax.tree.leaves((state.params, state.opt_state, state.ema_params))
     )
     if deleted and state.best_params is None:
         raise KeyboardInterrupt
     if deleted:
-        state = dataclasses.replace(state, params=state.best_params)
+        state = dataclasses.replace(state, params=state.best_params, ema_params=None)
     elif on_checkpoint is not None and state.step > 0:
         _checkpoint(on_checkpoint, state, failures)  # so that resume=True continues from here
     log.warning("interrupted after %d of %d steps", state.step, steps)

@@ -95,6 +95,13 @@ class TrainConfig:
         batch size).
     prefetch : int
         Batches prepared ahead in a background thread (0: none).
+    ema : float
+        Decay of an exponential moving average of the parameters (Polyak
+        averaging; 0: none).  With ``ema`` > 0 the average is what is validated,
+        kept as the best parameters and returned; each step moves it towards the
+        new parameters by ``1 − d`` with ``d = min(ema, (1 + k) / (10 + k))`` at
+        step ``k``, so that it forgets the random initialisation early in a run.
+        Values near ``1 − 10 / steps`` average over the last tenth of a run.
 
     Examples
     --------
@@ -115,6 +122,7 @@ class TrainConfig:
     target_size: int | None = None
     devices: int | None = None
     prefetch: int = 2
+    ema: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("log_every", "validate_every", "validation_batches", "checkpoint_every"):
@@ -139,6 +147,7 @@ class TrainConfig:
             check_int(self, name, optional=True)
         check_int(self, "keep_checkpoints")
         check_int(self, "prefetch", minimum=0)
+        check_real(self, "ema", lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (0: no average)")
 
     def schedule(self, learning_rate: float, steps: int) -> Callable[[int], float]:
         """Learning rate at each step of a run of ``steps`` steps peaking at ``learning_rate``.
@@ -200,6 +209,17 @@ class TrainConfig:
         :meth:`schedule` at every step (see :func:`adamw`).
         """
         return adamw(self.clip_norm, self.weight_decay).init(params)
+
+    def ema_decay(self, step: int) -> float:
+        """The decay of the parameter average at step ``step`` (0 without one).
+
+        Examples
+        --------
+        >>> config = TrainConfig(ema=0.99)
+        >>> config.ema_decay(0), config.ema_decay(10_000)
+        (0.1, 0.99)
+        """
+        return min(self.ema, (1.0 + step) / (10.0 + step))
 
     def warmup_steps(self, steps: int) -> int:
         """Number of warm-up steps in a run of ``steps`` steps."""

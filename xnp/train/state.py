@@ -45,6 +45,8 @@ class TrainState:
         Step of ``best_params`` (0: none yet).
     best_nll : float
         Their validation NLL (``inf`` before the first validation).
+    ema_params : nnx.State or None
+        The moving average of the parameters (``TrainConfig.ema`` > 0), else None.
     history : dict of list
         One list per name of :data:`HISTORY_FIELDS`; ``val_rmse`` entries are
         per-channel lists, NaN where a row had no validation.
@@ -59,6 +61,8 @@ class TrainState:
     history: dict[str, list[Any]] = dataclasses.field(
         default_factory=lambda: {k: [] for k in HISTORY_FIELDS}
     )
+    #: The moving average of the parameters (``TrainConfig.ema`` > 0), else None.
+    ema_params: nnx.State | None = None
     #: Whether the run was stopped early by an interrupt (Ctrl-C) at ``step``.
     interrupted: bool = False
     #: Training losses of the steps since the last history row (an interrupt can
@@ -68,6 +72,11 @@ class TrainState:
     seconds: float = 0.0
     #: Whether the run stopped at its time budget, before its last step.
     out_of_time: bool = False
+
+    @property
+    def averaged(self) -> nnx.State:
+        """The parameters a model of this state uses: their moving average, if kept."""
+        return self.params if self.ema_params is None else self.ema_params
 
 
 def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:

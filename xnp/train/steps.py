@@ -4,8 +4,10 @@ The step works on the split form of an NNX model (``graphdef`` + parameter
 state), so it is a pure function of arrays: jit-compiled once per padded batch
 shape, with the parameter and optimiser buffers donated (updated in place).
 :func:`fit_step` is the step ``fit`` runs (the learning rate an argument, set
-from the schedule on the host); :func:`make_train_step` the same update for any
-optax transformation and loss, for code that drives its own loop.
+from the schedule on the host); :func:`averaged_fit_step` the same with a
+moving average of the parameters carried along (``TrainConfig.ema``);
+:func:`make_train_step` the same update for any optax transformation and loss,
+for code that drives its own loop.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from flax import nnx
 
 from xnp.train.settings import adamw
 
-__all__ = ["batch_loss", "fit_step", "make_train_step"]
+__all__ = ["averaged_fit_step", "batch_loss", "fit_step", "make_train_step"]
 
 
 def _update(
@@ -78,3 +80,37 @@ def fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> C
         return update(params, opt_state, batch)
 
     return jax.jit(step, donate_argnums=(0, 1))
+
+
+def moving_average(average: nnx.State, params: nnx.State, decay: jax.Array) -> nnx.State:
+    """``decay × average + (1 − decay) × params``, leaf by leaf (in the average's dtype).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> moving_average({"w": jnp.zeros(2)}, {"w": jnp.ones(2)}, jnp.float32(0.75))["w"]
+    Array([0.25, 0.25], dtype=float32)
+    """
+    return jax.tree.map(
+        lambda a, p: (a + (1 - decay) * (p.astype(a.dtype) - a)).astype(a.dtype), average, params
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def averaged_fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> Callable:
+    """Jitted ``step(params, opt_state, average, batch, lr, decay)``.
+
+    It returns ``(params, opt_state, average, loss)``: :func:`fit_step`'s
+    update, then the moving average of the new parameters (:func:`moving_average`
+    with ``decay``, a float32 scalar set on the host from
+    :meth:`~xnp.train.settings.TrainConfig.ema_decay`).  The three states are
+    donated together, so an interrupted step leaves all or none of them consumed.
+    """
+    update = _update(graphdef, adamw(clip_norm, weight_decay), batch_loss)
+
+    def step(params, opt_state, average, batch, lr: jax.Array, decay: jax.Array):
+        opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
+        params, opt_state, loss = update(params, opt_state, batch)
+        return params, opt_state, moving_average(average, params, decay), loss
+
+    return jax.jit(step, donate_argnums=(0, 1, 2))

@@ -1,0 +1,95 @@
+"""``predict(..., calibrate=True)``: the std rescaled by a cross-validation of the context.
+
+The fast path (one context read, folds conditioned inside the prediction) is
+checked against the slow reference: the public ``predict`` run on each fold's
+stations by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import xnp
+from xnp.data import ForecastTasks
+from xnp.errors import ConfigError
+from xnp.prediction.calibration import FOLDS
+
+
+@pytest.fixture(scope="module")
+def model():
+    return xnp.pretrained("gp-sphere")
+
+
+def stations(n: int = 40, seed: int = 0) -> xr.Dataset:
+    """A smooth field (a plane plus a wave) at ``n`` random stations over 10° × 10°."""
+    rng = np.random.default_rng(seed)
+    lat, lon = rng.uniform(40, 50, n), rng.uniform(0, 10, n)
+    value = 280 + 0.3 * lat - 0.2 * lon + 2 * np.sin(lat / 2) * np.cos(lon / 3)
+    return xr.Dataset(
+        {"t": ("station", value, {"units": "K"})},
+        coords={"lat": ("station", lat), "lon": ("station", lon)},
+    )
+
+
+def targets() -> xr.Dataset:
+    return xr.Dataset(coords={"lat": np.linspace(41, 49, 5), "lon": np.linspace(1, 9, 6)})
+
+
+@pytest.mark.parametrize("trend", [None, "linear"])
+def test_calibration_is_the_rms_z_of_the_folds_predicted_by_hand(model, trend):
+    data = stations()
+    n = data.sizes["station"]
+    fold = np.random.default_rng([3, 2]).permutation(n) % FOLDS
+    z = []
+    for k in range(FOLDS):  # the slow reference: each fold from the others, by the public API
+        held, kept = np.flatnonzero(fold == k), np.flatnonzero(fold != k)
+        at = data.isel(station=held)
+        pred = xnp.predict(model, data.isel(station=kept), at.drop_vars("t"), trend=trend)
+        z.append((at.t.values - pred.t_mean.values) / pred.t_std.values)
+    factor = float(np.sqrt(np.mean(np.concatenate(z) ** 2)))
+    raw = xnp.predict(model, data, targets(), trend=trend)
+    calibrated = xnp.predict(model, data, targets(), trend=trend, calibrate=True, seed=3)
+    np.testing.assert_allclose(calibrated.t_mean, raw.t_mean, rtol=1e-6)  # the mean stays
+    np.testing.assert_allclose(calibrated.t_std, factor * raw.t_std, rtol=1e-4)
+    assert f"t × {factor:.3f}" in calibrated.attrs["xnp_calibration"]
+    assert abs(factor - 1.0) > 0.01  # (the test would not see a factor that is not applied)
+
+
+def test_lazy_calibrated_prediction_equals_eager(model):
+    data = stations(seed=1)
+    eager = xnp.predict(model, data, targets(), trend="linear", calibrate=True)
+    lazy = xnp.predict(model, data, targets(), trend="linear", calibrate=True,
+                       chunks={"lat": 2, "lon": 3})  # fmt: skip
+    assert lazy.t_std.chunks is not None
+    np.testing.assert_allclose(lazy.t_std.values, eager.t_std.values, rtol=1e-5)
+    np.testing.assert_allclose(lazy.t_mean.values, eager.t_mean.values, rtol=1e-6)
+
+
+def test_a_scaled_field_gets_the_same_factor(model):
+    # the zero-shot model standardises each context: the factor is a property of the
+    # field's shape, not of its units
+    data = stations(seed=2)
+    a = xnp.predict(model, data, targets(), calibrate=True)
+    b = xnp.predict(model, data.assign(t=data.t * 3.0 + 5.0), targets(), calibrate=True)
+    np.testing.assert_allclose(b.t_std, 3.0 * a.t_std, rtol=1e-4)
+
+
+def test_calibration_errors_are_clear(model):
+    data = stations(n=8)
+    with pytest.raises(ConfigError, match=r"has 8 point.*at least 10"):
+        xnp.predict(model, data, targets(), calibrate=True)
+    with pytest.raises(ConfigError, match="calibrate must be True or False"):
+        xnp.predict(model, stations(), targets(), calibrate="yes")
+    with pytest.raises(ConfigError, match="not the joint draws"):
+        xnp.predict(model, stations(), targets(), calibrate=True, samples=2)
+
+
+def test_forecasts_are_not_calibrated_on_their_context():
+    ds = xnp.datasets.gp_sphere(n_lat=6, n_lon=12, n_time=40, lengthscale_km=3000.0)
+    tasks = ForecastTasks(frames=2, step=6.0, lead=6.0, baseline=None)
+    fitted = ds.np.fit("field", model="bsa-tnp-tiny", steps=1, progress=False, validation=None,
+                       tasks=tasks)  # fmt: skip
+    with pytest.raises(ConfigError, match="forecast"):
+        fitted.predict(ds, time=ds.time.values[20], calibrate=True)
