@@ -67,6 +67,17 @@ def test_lazy_calibrated_prediction_equals_eager(model):
     np.testing.assert_allclose(lazy.t_mean.values, eager.t_mean.values, rtol=1e-6)
 
 
+def test_regional_calibration_predicts_the_folds_regionally(model):
+    # with context_radius the folds are predicted from the observations within it, as
+    # the targets are: a radius that holds every station gives the global factor
+    data = stations(seed=1)
+    everything = xnp.predict(model, data, targets(), calibrate=True)
+    wide = xnp.predict(model, data, targets(), calibrate=True, context_radius="5000km")
+    np.testing.assert_allclose(wide.t_std, everything.t_std, rtol=1e-4)
+    near = xnp.predict(model, data, targets(), calibrate=True, context_radius="300km")
+    assert near.attrs["xnp_calibration"] != everything.attrs["xnp_calibration"]
+
+
 def test_a_scaled_field_gets_the_same_factor(model):
     # the zero-shot model standardises each context: the factor is a property of the
     # field's shape, not of its units
@@ -82,8 +93,22 @@ def test_calibration_errors_are_clear(model):
         xnp.predict(model, data, targets(), calibrate=True)
     with pytest.raises(ConfigError, match="calibrate must be True or False"):
         xnp.predict(model, stations(), targets(), calibrate="yes")
-    with pytest.raises(ConfigError, match="not the joint draws"):
-        xnp.predict(model, stations(), targets(), calibrate=True, samples=2)
+
+
+@pytest.mark.parametrize("trend", [None, "linear"])
+def test_calibrated_samples_spread_by_the_factor(model, trend):
+    # the same seed draws the same samples; calibration scales their deviation from
+    # the mean by the factor it applies to the std
+    data, grid = stations(seed=4), targets().isel(lat=slice(0, 2), lon=slice(0, 3))
+    args = {"trend": trend, "samples": 3, "sample_step": 2, "seed": 5}
+    raw = xnp.predict(model, data, grid, **args)
+    cal = xnp.predict(model, data, grid, calibrate=True, **args)
+    factor = float(cal.t_std.values.ravel()[0] / raw.t_std.values.ravel()[0])
+    np.testing.assert_allclose(cal.t_std, factor * raw.t_std, rtol=1e-4)
+    np.testing.assert_allclose(cal.t_mean, raw.t_mean, rtol=1e-6)
+    want = cal.t_mean + factor * (raw.t_samples - raw.t_mean)
+    np.testing.assert_allclose(cal.t_samples, want.transpose(*cal.t_samples.dims), atol=2e-3)
+    assert abs(factor - 1.0) > 0.01
 
 
 def test_forecasts_are_not_calibrated_on_their_context():

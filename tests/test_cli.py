@@ -275,9 +275,11 @@ def test_fit_a_forecast_of_changes_for_several_leads(capsys, tmp_path):
     status, _, err = run(capsys, "fit", tmp_path / "series.nc", "field", "--out", tmp_path / "m",
                          "--model", "bsa-tnp-tiny", "--tasks", "forecast", "--lead", "12,6",
                          "--baseline", "autoregressive", "--steps", "2", "--batch-size",
-                         "3", "--validation", "0", "--no-progress", "--quiet")  # fmt: skip
+                         "3", "--validation", "0", "--ema", "0.9", "--no-progress",
+                         "--quiet")  # fmt: skip
     assert status == 0, err
     model = xnp.load(tmp_path / "m")
+    assert model.training["train_config"]["ema"] == 0.9
     assert model.task.leads == (6.0, 12.0)
     assert model.baseline.kind == "autoregressive"
     assert model.baseline.leads.tolist() == [6.0, 12.0]

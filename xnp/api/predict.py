@@ -163,8 +163,9 @@ def predict(
         predicted from the rest exactly as the targets are, and the std is
         multiplied by the root mean square of their standardised errors, per
         variable and per time (the result's ``xnp_calibration`` attribute gives
-        the factors).  For interpolation (not forecasts, not joint samples), with
-        at least 10 observations; it costs 10 more conditionings.  The shipped
+        the factors; joint samples spread around the mean by the same factor).
+        For interpolation (not forecasts), with at least 10 observations; it
+        costs 10 more conditionings.  The shipped
         zero-shot model's intervals are too wide on real temperature fields
         (:doc:`/user-guide/pretrained`): this corrects them.
 

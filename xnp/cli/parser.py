@@ -270,6 +270,14 @@ def _add_fit(subs: Any) -> None:
         help="seed of the initialisation and of the tasks (default: %(default)s)",
     )
     p.add_argument(
+        "--ema",
+        type=float,
+        default=0.0,
+        metavar="DECAY",
+        help="keep a moving average of the parameters with this decay (e.g. 0.99) and "
+        "validate, keep and save the average (default: none)",
+    )
+    p.add_argument(
         "--checkpoint-dir", metavar="DIR", help="folder for periodic checkpoints (default: none)"
     )
     p.add_argument(

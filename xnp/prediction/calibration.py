@@ -5,8 +5,9 @@ training data (the shipped zero-shot model's intervals are too wide on ERA5
 temperature: on the validation days its 95 % intervals held 99 % of the truth).
 The context says by how much: split its points into :data:`FOLDS` random folds,
 predict each fold from the others exactly as the targets are predicted (the same
-trend, standardisation, working size and thinning), and take the root mean square
-of the standardised errors ``(y − mean) / std`` over all points, per variable.
+trend, standardisation, working size, thinning and ``context_radius``), and take
+the root mean square of the standardised errors ``(y − mean) / std`` over all
+points, per variable.
 The predictive std at the targets is multiplied by that factor; the mean is
 unchanged.  This is the check geostatisticians make of a kriging variance
 (leave-one-out z-scores of unit variance), here turned into its correction.
@@ -71,7 +72,11 @@ def cv_scale(model: Any, ctx: Context, data: xr.Dataset, opts: Options) -> np.nd
                 f"{folds}): {err} Predict without calibrate=."
             ) from err
         targets = model_points(held, sub.model, values=False)
-        mean, std = sub.predictor.predict_state(sub.state(), targets)
+        if opts.radius_km is None:
+            mean, std = sub.predictor.predict_state(sub.state(), targets)
+        else:  # regional, as the targets are
+            mean, std = sub.predictor.predict(sub.points, targets,
+                                              context_radius_km=opts.radius_km)  # fmt: skip
         mean, std = sub.model.denormalise(mean, std)
         mean, std = np.asarray(mean[0], np.float64), np.asarray(std[0], np.float64)
         if sub.trend is not None:

@@ -93,7 +93,7 @@ def run_targets(
     mean, std = mean[0], std[0]
     samples = {}
     if opts.samples is not None:  # joint draws, mapped as the mean is
-        samples = joint_samples(ctx, tgt_ps, targets, opts, std, offset)
+        samples = joint_samples(ctx, tgt_ps, targets, opts, mean, std, offset)
     if offset is not None:
         mean, std = offset.add_to(tgt_ps.s, mean, std, prior_std(model))
     out = predictions_to_xarray(tgt_ps, mean.astype(np.float32), std.astype(np.float32),

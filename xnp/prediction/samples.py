@@ -18,7 +18,7 @@ import xarray as xr
 
 from xnp.arrays import Points
 from xnp.data.flatten import PointSet, prediction_attrs, predictions_to_xarray
-from xnp.data.trend import Offset, Trend
+from xnp.data.trend import Offset, Rescaled, Trend
 from xnp.errors import ConfigError
 from xnp.infer.sampling import autoregressive_samples
 from xnp.prediction.context import Context, Options, prior_std
@@ -42,11 +42,6 @@ def check_sampling(opts: Options) -> None:
         raise ConfigError(
             "joint samples condition on the whole context; drop context_radius= to draw them."
         )
-    if opts.calibrate:
-        raise ConfigError(
-            "calibrate=True rescales the marginal predictive std, not the joint draws; draw "
-            "samples without calibrate=, or predict the calibrated marginals separately."
-        )
 
 
 def joint_samples(
@@ -54,14 +49,17 @@ def joint_samples(
     tgt_ps: PointSet,
     targets: Points,
     opts: Options,
+    marginal_mean: np.ndarray,
     marginal_std: np.ndarray,
     offset: Offset | None,
 ) -> dict[str, xr.DataArray]:
     """``{variable}_samples`` ``[sample, *target dims]`` for each of the model's variables.
 
-    ``marginal_std`` ``[M, Dy]`` is the denormalised predictive std at the targets,
-    by which an offset's share is set (:meth:`xnp.data.trend.Trend.add_to`), as for
-    the mean.
+    ``marginal_mean`` and ``marginal_std`` ``[M, Dy]`` are the denormalised
+    predictive mean and std at the targets (before the offset); the std sets an
+    offset's share (:meth:`xnp.data.trend.Trend.add_to`), as for the mean.  A
+    calibrated context's offset (:class:`~xnp.data.trend.Rescaled`) scales each
+    draw's deviation from the predictive mean by its factor, as it scales the std.
     """
     model: Any = ctx.model
     draws = autoregressive_samples(
@@ -69,6 +67,12 @@ def joint_samples(
         per_step=opts.sample_step, seed=opts.seed, progress=opts.progress,
     )  # fmt: skip
     names = list(model.variables)
+    factor = None
+    if isinstance(offset, Rescaled):  # calibrated: draws spread by the factor too
+        offset, factor = offset.inner, offset.factor
+    center = marginal_mean
+    if offset is not None:
+        center, _ = offset.add_to(tgt_ps.s, marginal_mean, marginal_std, prior_std(model))
     rng = np.random.default_rng([opts.seed, 1])  # (the trend's draws: apart from the field's)
     per_sample = []
     for draw in draws:
@@ -78,6 +82,8 @@ def joint_samples(
             values, _ = offset.add_to(tgt_ps.s, values, marginal_std, prior_std(model))
         if isinstance(offset, Trend):  # its estimation error, shared by the targets
             values = values + offset.draw_error(tgt_ps.s, marginal_std, prior_std(model), rng)
+        if factor is not None:
+            values = center + factor * (values - center)
         values = values.astype(np.float32)
         per_sample.append(predictions_to_xarray(tgt_ps, values, values, names))
     out = {}
