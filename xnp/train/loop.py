@@ -135,6 +135,8 @@ def train(
         Tasks per batch (to build the device mesh).
     validation : list of Batch, optional
         Fixed validation batches; without them no best parameters are tracked.
+        With ``config.ema`` > 0 it is the parameters' moving average
+        (``state.ema_params``) that is validated and kept as the best.
     value_scale : sequence of float
         Per-channel standard deviations that turn normalised RMSE into data units.
     on_checkpoint : callable, optional
