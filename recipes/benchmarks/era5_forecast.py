@@ -146,6 +146,7 @@ def fitted_model(
     budget: float | None = None,
     kind: str = "bsa-tnp",
     ema: float = 0.0,
+    weight_decay: float = 1e-4,
 ) -> tuple[xnp.NeuralProcess, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -186,6 +187,7 @@ def fitted_model(
             and run["task"]["max_targets"] == max_targets
             and run["task"].get("baseline") == baseline
             and run["train_config"].get("ema", 0.0) == ema
+            and run["train_config"]["weight_decay"] == weight_decay
         )
         if same:
             return model, False
@@ -199,7 +201,7 @@ def fitted_model(
         "t2m", model=config, covariates=["hour_of_day"], tasks=tasks, steps=steps,
         learning_rate=learning_rate, batch_size=8, validation=validation, time_budget=budget,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
-                           validation_batches=4, ema=ema),
+                           validation_batches=4, ema=ema, weight_decay=weight_decay),
     )  # fmt: skip
     print(f"fitted {model.training['step']} steps in {model.training['seconds']:.0f} s")
     model.save(path)
