@@ -155,6 +155,7 @@ def fitted_model(
     kind: str = "bsa-tnp",
     ema: float = 0.0,
     weight_decay: float = 1e-4,
+    seed: int = 0,
 ) -> tuple[xnp.NeuralProcess, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -196,6 +197,7 @@ def fitted_model(
             and run["task"].get("baseline") == baseline
             and run["train_config"].get("ema", 0.0) == ema
             and run["train_config"]["weight_decay"] == weight_decay
+            and run.get("seed", 0) == seed
         )
         if same:
             return model, False
@@ -208,6 +210,7 @@ def fitted_model(
     model = train.np.fit(
         "t2m", model=config, covariates=["hour_of_day"], tasks=tasks, steps=steps,
         learning_rate=learning_rate, batch_size=8, validation=validation, time_budget=budget,
+        seed=seed,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
                            validation_batches=4, ema=ema, weight_decay=weight_decay),
     )  # fmt: skip
