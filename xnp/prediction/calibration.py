@@ -71,14 +71,8 @@ def cv_scale(model: Any, ctx: Context, data: xr.Dataset, opts: Options) -> np.nd
                 f"calibrate=True could not cross-validate this context (fold {k + 1} of "
                 f"{folds}): {err} Predict without calibrate=."
             ) from err
-        targets = model_points(held, sub.model, values=False)
-        if opts.radius_km is None:
-            mean, std = sub.predictor.predict_state(sub.state(), targets)
-        else:  # regional, as the targets are
-            mean, std = sub.predictor.predict(sub.points, targets,
-                                              context_radius_km=opts.radius_km)  # fmt: skip
-        mean, std = sub.model.denormalise(mean, std)
-        mean, std = np.asarray(mean[0], np.float64), np.asarray(std[0], np.float64)
+        mean, std = sub.predict(model_points(held, sub.model, values=False), opts.radius_km)
+        mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
         if sub.trend is not None:
             mean, std = sub.trend.add_to(held.s, mean, std, prior_std(sub.model))
         z = (np.asarray(held.f, np.float64) - mean) / std

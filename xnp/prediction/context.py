@@ -134,6 +134,19 @@ class Context:
             self._state = self.predictor.condition(self.points)
         return self._state
 
+    def predict(self, targets: Points, radius_km: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """Denormalised mean and std ``[M, Dy]`` at ``targets``, before any offset.
+
+        From the conditioned state, or regionally (the context within ``radius_km``
+        of each target) when a radius is given.
+        """
+        if radius_km is None:
+            mean, std = self.predictor.predict_state(self.state(), targets)
+        else:
+            mean, std = self.predictor.predict(self.points, targets, context_radius_km=radius_km)
+        mean, std = self.model.denormalise(mean, std)
+        return mean[0], std[0]
+
 
 def check_sources(model: Any, sources: Mapping[str, Any] | None) -> tuple:
     """``context_sources`` as (id, Dataset) pairs, checked against the model's sources."""

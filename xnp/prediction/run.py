@@ -85,12 +85,7 @@ def run_targets(
         return predictions_to_xarray(tgt_ps, empty, empty, list(model.variables),
                                      attrs=ctx.attrs)  # fmt: skip
     targets = model_points(tgt_ps, model, values=False, t=t_target)
-    if opts.radius_km is None:
-        mean, std = ctx.predictor.predict_state(ctx.state(), targets)
-    else:
-        mean, std = ctx.predictor.predict(ctx.points, targets, context_radius_km=opts.radius_km)
-    mean, std = model.denormalise(mean, std)  # float32, as the model and the lazy path
-    mean, std = mean[0], std[0]
+    mean, std = ctx.predict(targets, opts.radius_km)  # float32, as the lazy path
     samples = {}
     if opts.samples is not None:  # joint draws, mapped as the mean is
         samples = joint_samples(ctx, tgt_ps, targets, opts, mean, std, offset)
