@@ -48,6 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stations
 from _report import machine, write_section
+from placement_era5 import station_task
 
 import xnp
 from xnp.placement import place_sensors
@@ -62,14 +63,8 @@ INTERNAL_DENSITY = 48
 def the_task():
     """ERA5 on day 19 00:00: the frame, the station-cell context, the candidate mask."""
     era5 = stations.open_era5()
-    frame = era5.isel(time=18 * 24)
     cells = stations.station_cells(era5)
-    n = frame.t2m.size
-    mask = np.zeros(n, bool)
-    mask[cells] = True
-    mask = frame.t2m.copy(data=mask.reshape(frame.t2m.shape))
-    context = frame.assign(t2m=frame.t2m.where(mask))
-    allowed = frame.t2m.notnull() & ~mask
+    frame, context, allowed = station_task(era5, cells, 18 * 24)
     return era5, frame, context, allowed, cells
 
 

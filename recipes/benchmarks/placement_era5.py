@@ -58,6 +58,19 @@ def space_filling(cells: np.ndarray, candidates: np.ndarray, s: np.ndarray, n: i
     return chosen
 
 
+def station_task(era5, cells: np.ndarray, index: int):
+    """The frame at time ``index``, its values at ``cells`` only, and the other cells.
+
+    Returns the frame, the context (the frame with NaN outside ``cells``) and the
+    candidate mask (True where a cell has a value and no station).
+    """
+    frame = era5.isel(time=index)
+    mask = np.zeros(frame.t2m.size, bool)
+    mask[cells] = True
+    mask = frame.t2m.copy(data=mask.reshape(frame.t2m.shape))
+    return frame, frame.assign(t2m=frame.t2m.where(mask)), frame.t2m.notnull() & ~mask
+
+
 def oracle_rmse(model, era5, frame: int, cells: np.ndarray) -> float:
     """RMSE over the grid of the prediction from the true values at ``cells``."""
     data = era5.isel(time=frame)
@@ -87,12 +100,7 @@ def main() -> None:
     s = np.stack([lat2d.ravel(), lon2d.ravel()], -1)
     first = 18 * 24
     frames = np.arange(first, 21 * 24, 6)[:n_frames]
-    frame = era5.isel(time=first)
-    context = frame.copy()
-    mask = np.zeros(n, bool)
-    mask[cells] = True
-    context["t2m"] = frame.t2m.where(mask.reshape(frame.t2m.shape))
-    allowed = frame.t2m.notnull() & ~frame.t2m.copy(data=mask.reshape(frame.t2m.shape))
+    frame, context, allowed = station_task(era5, cells, first)
     grid = frame.drop_vars("t2m")
     t0 = time.perf_counter()
     greedy = place_sensors(model, context, allowed, grid, n_sites, progress=not args.quick)
