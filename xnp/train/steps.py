@@ -91,9 +91,8 @@ def moving_average(average: nnx.State, params: nnx.State, decay: jax.Array) -> n
     >>> moving_average({"w": jnp.zeros(2)}, {"w": jnp.ones(2)}, jnp.float32(0.75))["w"]
     Array([0.25, 0.25], dtype=float32)
     """
-    return jax.tree.map(
-        lambda a, p: (a + (1 - decay) * (p.astype(a.dtype) - a)).astype(a.dtype), average, params
-    )
+    moved = optax.incremental_update(params, average, 1 - decay)
+    return jax.tree.map(lambda m, a: m.astype(a.dtype), moved, average)
 
 
 @functools.lru_cache(maxsize=8)
