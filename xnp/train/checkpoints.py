@@ -41,6 +41,9 @@ from xnp.train.state import TrainState, history_lists
 __all__ = ["CheckpointDir", "read_state", "write_state"]
 
 _STEP = re.compile(r"^step-(\d{8})$")
+#: Parameter trees a checkpoint may hold beside the model's own weights: the
+#: :class:`TrainState` field (also the file's name) and the record's checksum key.
+_PARAM_TREES = {"best_params": "best_sha256", "ema_params": "ema_sha256"}
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -169,14 +172,10 @@ def write_state(directory: Path, state: TrainState, run: dict[str, Any]) -> dict
             directory / "opt_state.safetensors", tree_to_arrays(state.opt_state, by_path=False)
         ),
     }  # fmt: skip
-    if state.best_params is not None:
-        record["best_sha256"] = write_arrays(
-            directory / "best_params.safetensors", tree_to_arrays(state.best_params)
-        )
-    if state.ema_params is not None:
-        record["ema_sha256"] = write_arrays(
-            directory / "ema_params.safetensors", tree_to_arrays(state.ema_params)
-        )
+    for field, key in _PARAM_TREES.items():
+        tree = getattr(state, field)
+        if tree is not None:
+            record[key] = write_arrays(directory / f"{field}.safetensors", tree_to_arrays(tree))
     return record
 
 
@@ -217,30 +216,23 @@ def _read_state(
         read_arrays(directory / "opt_state.safetensors", stored["opt_state_sha256"]),
         by_path=False,
     )
-    best = None
-    if stored.get("best_sha256"):
-        best = arrays_to_tree(
-            graph_params,
-            read_arrays(directory / "best_params.safetensors", stored["best_sha256"]),
-        )
-    average = None
-    if stored.get("ema_sha256"):
-        average = arrays_to_tree(
-            graph_params,
-            read_arrays(directory / "ema_params.safetensors", stored["ema_sha256"]),
-        )
     history = history_lists(read_json(directory / "history.json"))
     best_nll = math.inf if stored.get("best_nll") is None else float(stored["best_nll"])
     to_jax = lambda tree: jax.tree.map(jax.numpy.asarray, tree)  # noqa: E731
+    trees = {  # the best parameters and the moving average, where the checkpoint has them
+        field: to_jax(arrays_to_tree(
+            graph_params, read_arrays(directory / f"{field}.safetensors", stored[key])))
+        for field, key in _PARAM_TREES.items() if stored.get(key)
+    }  # fmt: skip
     return TrainState(
         step=int(stored["step"]),
         params=to_jax(params),
         opt_state=to_jax(opt_state),
-        best_params=None if best is None else to_jax(best),
+        best_params=trees.get("best_params"),
         best_step=int(stored.get("best_step", 0)),
         best_nll=best_nll,
         history=history,
-        ema_params=None if average is None else to_jax(average),
+        ema_params=trees.get("ema_params"),
         pending_losses=tuple(float(x) for x in stored.get("pending_losses", [])),
         seconds=float(stored.get("seconds", 0.0)),
     )
