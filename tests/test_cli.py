@@ -431,6 +431,27 @@ def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monk
         want = xnp.predict("gp-sphere", d.field, grid, time="2000-01-01T06", calibrate=True,
                            seed=2)  # fmt: skip
         np.testing.assert_allclose(pred["field_std"], want["field_std"], rtol=1e-5)
+    # departures from a background (an hourly climatology): the Python API's numbers
+    with xr.open_dataset(files / "data.nc") as d:
+        d.field.groupby("time.hour").mean().rename("clim").to_netcdf(tmp_path / "clim.nc")
+    status, out, err = run(capsys, "predict", "gp-sphere", files / "data.nc", "--time",
+                           "2000-01-01T06", "--background", tmp_path / "clim.nc", "--out",
+                           tmp_path / "b.nc", "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "b.nc") as pred, xr.open_dataset(files / "data.nc") as d, \
+            xr.open_dataset(tmp_path / "clim.nc") as clim:  # fmt: skip
+        assert "background" in pred.attrs["xnp_background"]
+        want = xnp.predict("gp-sphere", d.field, time="2000-01-01T06", background=clim.clim)
+        np.testing.assert_allclose(pred["field_mean"], want["field_mean"], rtol=1e-6)
+    with xr.open_dataset(files / "data.nc") as d:
+        xr.Dataset({"a": d.field.mean("time"), "b": d.field.std("time")}).to_netcdf(
+            tmp_path / "two_bg.nc"
+        )
+    status, _, err = run(capsys, "predict", "gp-sphere", files / "data.nc", "--background",
+                         tmp_path / "two_bg.nc", "--out", tmp_path / "bb.nc")  # fmt: skip
+    assert status == 1
+    assert "--background" in err
+    assert "'a', 'b'" in err
     # a path that exists wins over a pretrained model of the same name
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gp-sphere").mkdir()

@@ -46,6 +46,7 @@ class _NPAccessor:
         seed: int = 0,
         max_context: int | None = None,
         calibrate: bool = False,
+        background: Any = None,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.
 
@@ -60,7 +61,7 @@ class _NPAccessor:
             context_radius=context_radius, chunks=chunks, memory_budget=memory_budget,
             progress=progress, context_sources=context_sources, trend=trend,
             samples=samples, sample_step=sample_step, seed=seed, max_context=max_context,
-            calibrate=calibrate,
+            calibrate=calibrate, background=background,
         )  # fmt: skip
 
     def place_sensors(

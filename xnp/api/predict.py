@@ -62,6 +62,7 @@ def predict(
     seed: int = 0,
     max_context: int | None = None,
     calibrate: bool = False,
+    background: xr.DataArray | xr.Dataset | Mapping[str, xr.DataArray] | None = None,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
 
@@ -168,6 +169,18 @@ def predict(
         costs 10 more conditionings.  The shipped
         zero-shot model's intervals are too wide on real temperature fields
         (:doc:`/user-guide/pretrained`): this corrects them.
+    background : DataArray, or Dataset or dict of them (one per variable), optional
+        A field the observations depart from (a climatology per hour of day, a
+        model forecast): the model interpolates the departures of the
+        observations from it, and it is added back to the mean (and samples) at
+        the targets; the std is the interpolation's
+        (:mod:`xnp.prediction.background`).  It is read at the points by
+        coordinate value (linear interpolation in space, exact times), so it may
+        lie on a grid other than the data's; its dimensions must match coordinates
+        of the data by name or role (latitude, longitude, time).  E.g. an hourly
+        climatology ``clim = train.t2m.groupby("time.hour").mean()`` as
+        ``clim.sel(hour=data.time.dt.hour)``.  Interpolation only (not forecasts);
+        points it does not cover raise an error.
 
     Returns
     -------
@@ -186,4 +199,5 @@ def predict(
         chunks=chunks, memory_budget=memory_budget, progress=progress,
         context_sources=context_sources, trend=trend, samples=samples,
         sample_step=sample_step, seed=seed, max_context=max_context, calibrate=calibrate,
+        background=background,
     )  # fmt: skip

@@ -384,6 +384,14 @@ def _add_predict(subs: Any) -> None:
         "(interpolation only; 10 more conditionings per time)",
     )
     p.add_argument(
+        "--background",
+        metavar="PATH",
+        help="netCDF or Zarr with a field the observations depart from (e.g. an hourly "
+        "climatology with an hour dimension, from groupby('time.hour').mean()): the model "
+        "interpolates the departures and the background is added back at the targets; "
+        "its variable is the predicted one's name, or its only variable",
+    )
+    p.add_argument(
         "--seed", type=int, default=0, metavar="N",
         help="seed of the --max-context subset and of the --calibrate folds "
         "(default: %(default)s)",

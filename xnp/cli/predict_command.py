@@ -63,6 +63,8 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     fmt = output_format(args.out, args.format)
     inputs = {"CONTEXT": args.context, "TARGETS": args.targets}
     inputs.update({f"context source {n!r}": p for n, p in args.context_source or []})
+    if args.background:
+        inputs["background"] = args.background
     check_not_input(args.out, inputs)
     check_output(args.out, fmt, args.overwrite)
 
@@ -88,6 +90,9 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
             f"({', '.join(map(str, template.dims))})."
         )
     kwargs: dict[str, Any] = {}
+    if args.background:
+        background = files.enter_context(open_data(args.background, what="background"))
+        kwargs["background"] = _background(background, variables, args.background)
     if args.lead_time is not None:
         kwargs["lead_time"] = args.lead_time
     start = time.perf_counter()
@@ -105,6 +110,20 @@ def run_predict(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     log.info("wrote %s in %.1f s", path, time.perf_counter() - start)
     print(f"prediction: {path}")
     return 0
+
+
+def _background(background: xr.Dataset, variables: list[str], path: str) -> dict:
+    """The ``--background`` file's field for each predicted variable."""
+    names = [str(v) for v in background.data_vars]
+    if all(v in names for v in variables):
+        return {v: background[v] for v in variables}
+    if len(names) == 1 and len(variables) == 1:
+        return {variables[0]: background[names[0]]}
+    raise VariableNotFoundError(
+        f"--background {path} holds {', '.join(map(repr, names)) or 'no variables'}; it needs "
+        f"one named after each predicted variable ({', '.join(map(repr, variables))}), or a "
+        "single variable for a single predicted one."
+    )
 
 
 def _context_variables(model: Any, context: xr.Dataset) -> list[str]:

@@ -19,6 +19,7 @@ from xnp.data.trend import DEGREES
 from xnp.errors import (
     ConfigError,
 )
+from xnp.prediction.background import as_backgrounds, restore, subtract
 from xnp.prediction.context import Options, check_sources, coord_names, zero_shot_variable
 from xnp.prediction.forecast import forecast
 from xnp.prediction.frames import predict_each_time
@@ -74,6 +75,7 @@ def predict_with(
     seed: int = 0,
     max_context: int | None = None,
     calibrate: bool = False,
+    background: Any = None,
 ) -> xr.Dataset:
     """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
 
@@ -103,6 +105,7 @@ def predict_with(
             f"the context has no variable {missing}; the model predicts {list(model.variables)} "
             f"and the data holds {list(data.data_vars)}."
         )
+    backgrounds = None if background is None else as_backgrounds(background, model.variables)
     where = template_of(targets, data, tuple(getattr(model, "covariates", None) or ()),
                       getattr(model, "coords", None))  # fmt: skip
     template = where.points
@@ -113,13 +116,22 @@ def predict_with(
     check_count(sample_step=sample_step, **{k: v for k, v in optional.items() if v is not None})
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
-    opts = Options(radius_km, chunks, memory_budget, progress,
-                   check_sources(model, context_sources), trend, samples, sample_step,
-                   seed, max_context, bool(calibrate))  # fmt: skip
-    check_sampling(opts)
-    layout = find_coords(data, model.variables[0], **coord_names(model, data))
+    sources = check_sources(model, context_sources)
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task
+    if backgrounds and isinstance(task, ForecastTasks):
+        raise ConfigError(
+            "background= is for interpolation; a forecast model starts from its own "
+            "baseline (fit(..., tasks=ForecastTasks(baseline=...))). Predict without "
+            "background=."
+        )
+    if backgrounds:  # the model sees the departures from the background, in every source
+        data = subtract(data, backgrounds)
+        sources = tuple((i, subtract(src, backgrounds)) for i, src in sources)
+    opts = Options(radius_km, chunks, memory_budget, progress, sources, trend, samples,
+                   sample_step, seed, max_context, bool(calibrate))  # fmt: skip
+    check_sampling(opts)
+    layout = find_coords(data, model.variables[0], **coord_names(model, data))
     if isinstance(task, ForecastTasks):
         if calibrate:
             raise ConfigError(
@@ -136,7 +148,8 @@ def predict_with(
             "lead_time is for forecast models; this model interpolates at the context's "
             "own time. Select times with `time=`."
         )
-    return where.arrange(predict_each_time(
+    out = where.arrange(predict_each_time(
         data, template, layout, time,
         lambda frame, tmpl: one_time(model, frame, tmpl, opts), require=model.variables,
     ))  # fmt: skip
+    return restore(out, backgrounds) if backgrounds else out
