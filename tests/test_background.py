@@ -181,3 +181,18 @@ def test_a_forecast_model_refuses_a_background():
                          steps=1, batch_size=2, progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="forecast"):
         xnp.predict(fitted, grid, background=grid.t.mean("time"))
+
+
+def test_a_missing_observation_needs_no_background(model):
+    # a station whose value is missing may lie where the background has none
+    data, clim = stations(), climatology()
+    lat, lon = data.lat.values.copy(), data.lon.values.copy()
+    lat[0], lon[0] = 40.1, 0.1  # near the corner node, which the background lacks
+    data = data.assign_coords(lat=("station", lat), lon=("station", lon))
+    holed = clim.where((clim.lat > 40.0) | (clim.lon > 0.0))
+    with pytest.raises(ConfigError, match="no value at 3 of"):  # observed there: refused
+        xnp.predict(model, data, targets(), background=holed)
+    data["t"][:, 0] = np.nan
+    pred = xnp.predict(model, data, targets(), background=holed)
+    want = xnp.predict(model, data.isel(station=slice(1, None)), targets(), background=clim)
+    np.testing.assert_allclose(pred.t_mean, want.t_mean, rtol=1e-6)

@@ -132,12 +132,16 @@ def _role(name: str, like: xr.DataArray, background: xr.DataArray) -> str | None
 
 
 def values_at(
-    background: xr.DataArray, like: xr.DataArray, what: str = "background"
+    background: xr.DataArray,
+    like: xr.DataArray,
+    what: str = "background",
+    needed: xr.DataArray | None = None,
 ) -> xr.DataArray:
     """The background read at the points of ``like`` (same dims as ``like``'s coordinates).
 
     Numeric coordinates are interpolated linearly, others selected exactly; a point
-    left uncovered raises :class:`~xnp.errors.ConfigError`.
+    left uncovered raises :class:`~xnp.errors.ConfigError`, unless ``needed`` (a
+    boolean array over ``like``'s dims) says it needs no value (a missing observation).
     """
     exact, numeric = {}, {}
     for dim in background.dims:
@@ -168,8 +172,10 @@ def values_at(
     if numeric:
         field = field.interp(numeric, method="linear")
     if not field.chunks:
-        missing = np.isnan(np.asarray(field.values, dtype=float))
-        if missing.any():
+        missing = field.isnull()
+        if needed is not None:
+            missing = missing & needed
+        if bool(missing.any()):
             raise ConfigError(
                 f"{what} has no value at {int(missing.sum())} of {missing.size} points of the "
                 "data (they lie outside its coordinates, e.g. longitudes 0–360 against "
@@ -196,7 +202,8 @@ def subtract(data: xr.Dataset, backgrounds: Mapping[str, xr.DataArray]) -> xr.Da
         if name not in data.data_vars:
             continue
         _check_units(field, data[name], name)
-        values = values_at(field, located[name], f"background[{name!r}]")
+        observed = data[name].notnull()  # a missing observation needs no background
+        values = values_at(field, located[name], f"background[{name!r}]", observed)
         with xr.set_options(keep_attrs=True):
             out[name] = data[name] - values.transpose(*[d for d in data[name].dims
                                                          if d in values.dims])  # fmt: skip
