@@ -12,9 +12,9 @@ import pytest
 import xarray as xr
 
 import xnp
-from xnp.data import ForecastTasks
+from xnp.data import ForecastTasks, SpatialTasks
 from xnp.errors import ConfigError
-from xnp.prediction.calibration import FOLDS
+from xnp.prediction.calibration import AUTO_MIN_POINTS, FOLDS
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_calibration_is_the_rms_z_of_the_folds_predicted_by_hand(model, trend):
         pred = xnp.predict(model, data.isel(station=kept), at.drop_vars("t"), trend=trend)
         z.append((at.t.values - pred.t_mean.values) / pred.t_std.values)
     factor = float(np.sqrt(np.mean(np.concatenate(z) ** 2)))
-    raw = xnp.predict(model, data, targets(), trend=trend)
+    raw = xnp.predict(model, data, targets(), trend=trend, calibrate=False)
     calibrated = xnp.predict(model, data, targets(), trend=trend, calibrate=True, seed=3)
     np.testing.assert_allclose(calibrated.t_mean, raw.t_mean, rtol=1e-6)  # the mean stays
     np.testing.assert_allclose(calibrated.t_std, factor * raw.t_std, rtol=1e-4)
@@ -91,7 +91,7 @@ def test_calibration_errors_are_clear(model):
     data = stations(n=8)
     with pytest.raises(ConfigError, match=r"has 8 point.*at least 10"):
         xnp.predict(model, data, targets(), calibrate=True)
-    with pytest.raises(ConfigError, match="calibrate must be True or False"):
+    with pytest.raises(ConfigError, match="calibrate must be None, True or False"):
         xnp.predict(model, stations(), targets(), calibrate="yes")
 
 
@@ -101,7 +101,7 @@ def test_calibrated_samples_spread_by_the_factor(model, trend):
     # the mean by the factor it applies to the std
     data, grid = stations(seed=4), targets().isel(lat=slice(0, 2), lon=slice(0, 3))
     args = {"trend": trend, "samples": 3, "sample_step": 2, "seed": 5}
-    raw = xnp.predict(model, data, grid, **args)
+    raw = xnp.predict(model, data, grid, calibrate=False, **args)
     cal = xnp.predict(model, data, grid, calibrate=True, **args)
     factor = float(cal.t_std.values.ravel()[0] / raw.t_std.values.ravel()[0])
     np.testing.assert_allclose(cal.t_std, factor * raw.t_std, rtol=1e-4)
@@ -118,3 +118,39 @@ def test_forecasts_are_not_calibrated_on_their_context():
                        tasks=tasks)  # fmt: skip
     with pytest.raises(ConfigError, match="forecast"):
         fitted.predict(ds, time=ds.time.values[20], calibrate=True)
+
+
+def test_by_default_zero_shot_predictions_from_enough_observations_are_calibrated(model):
+    many, few = stations(n=AUTO_MIN_POINTS, seed=6), stations(n=AUTO_MIN_POINTS - 1, seed=6)
+    default = xnp.predict(model, many, targets())
+    np.testing.assert_array_equal(default.t_std, xnp.predict(model, many, targets(),
+                                                             calibrate=True).t_std)  # fmt: skip
+    assert "cross-validation" in default.attrs["xnp_calibration"]
+    raw = xnp.predict(model, many, targets(), calibrate=False)
+    assert "xnp_calibration" not in raw.attrs
+    assert float(abs(raw.t_std - default.t_std).max()) > 1e-3
+    # fewer observations than the default needs: the model's own std
+    small = xnp.predict(model, few, targets())
+    np.testing.assert_array_equal(small.t_std, xnp.predict(model, few, targets(),
+                                                           calibrate=False).t_std)  # fmt: skip
+    # per time: a time with enough observations is calibrated, one without is not
+    both = xr.concat([many, many.where(many.station < AUTO_MIN_POINTS - 1)], "time")
+    times = np.array(["2020-01-01T00", "2020-01-01T06"], dtype="datetime64[ns]")
+    two = xnp.predict(model, both.assign_coords(time=times), targets())
+    np.testing.assert_array_equal(two.t_std.isel(time=0), default.t_std)
+    np.testing.assert_allclose(two.t_std.isel(time=1), xnp.predict(
+        model, many.isel(station=slice(0, AUTO_MIN_POINTS - 1)), targets(), calibrate=False
+    ).t_std, rtol=1e-5)  # fmt: skip
+
+
+def test_by_default_a_model_fitted_on_the_data_keeps_its_std():
+    ds = xnp.datasets.gp_sphere(n_lat=8, n_lon=10, n_time=3, lengthscale_km=3000.0)
+    fitted = ds.np.fit("field", model="bsa-tnp-tiny", steps=1, progress=False, validation=None,
+                       tasks=SpatialTasks())  # fmt: skip
+    frame = ds.isel(time=0)
+    default = fitted.predict(frame)
+    assert "xnp_calibration" not in default.attrs
+    np.testing.assert_array_equal(
+        default.field_std, fitted.predict(frame, calibrate=False).field_std
+    )
+    assert "xnp_calibration" in fitted.predict(frame, calibrate=True).attrs

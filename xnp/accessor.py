@@ -45,7 +45,7 @@ class _NPAccessor:
         sample_step: int = 64,
         seed: int = 0,
         max_context: int | None = None,
-        calibrate: bool = False,
+        calibrate: bool | None = None,
         background: Any = None,
     ) -> xr.Dataset:
         """Predict at ``targets`` with this object's observations as context.

@@ -147,26 +147,27 @@ def main() -> None:
     scratch = cached_fit("scratch_clustered", budget, args.quick, model=base.config,
                          learning_rate=5e-4, tasks=CLUSTERED)  # fmt: skip
     steps = {m: m.training["step"] for m in (uniform, clustered, detrended, scratch)}
-    lin = {"trend": "linear"}
+    lin = {"trend": "linear", "calibrate": False}
+    cal = {"trend": "linear", "calibrate": True}
     methods = {
-        "xnp gp-sphere zero-shot": lambda c, t: xnp.predict(base, c, t),
+        "xnp gp-sphere zero-shot": lambda c, t: xnp.predict(base, c, t, calibrate=False),
         "xnp gp-sphere zero-shot, trend='linear'": lambda c, t: xnp.predict(base, c, t, **lin),
         "xnp gp-sphere zero-shot, trend='linear', calibrate=True": (
-            lambda c, t: xnp.predict(base, c, t, **lin, calibrate=True)),
+            lambda c, t: xnp.predict(base, c, t, **cal)),
         f"xnp fine-tuned, uniform tasks ({steps[uniform]} steps)": (
-            lambda c, t: xnp.predict(uniform, c, t, trend="none")),
+            lambda c, t: xnp.predict(uniform, c, t, trend="none", calibrate=False)),
         f"xnp fine-tuned, uniform tasks ({steps[uniform]} steps), trend='linear'": (
             lambda c, t: xnp.predict(uniform, c, t, **lin)),
         f"xnp fine-tuned, clustered tasks ({steps[clustered]} steps), trend='linear'": (
             lambda c, t: xnp.predict(clustered, c, t, **lin)),
         f"xnp fine-tuned, clustered tasks ({steps[clustered]} steps), trend='linear', "
-        "calibrate=True": lambda c, t: xnp.predict(clustered, c, t, **lin, calibrate=True),
+        "calibrate=True": lambda c, t: xnp.predict(clustered, c, t, **cal),
         f"xnp fine-tuned, uniform tasks ({steps[uniform]} steps), calibrate=True": (
             lambda c, t: xnp.predict(uniform, c, t, trend="none", calibrate=True)),
         f"xnp fine-tuned, clustered tasks, trend removed in training too ({steps[detrended]} "
-        "steps), trend='linear'": lambda c, t: xnp.predict(detrended, c, t),
+        "steps), trend='linear'": lambda c, t: xnp.predict(detrended, c, t, calibrate=False),
         f"xnp from scratch, clustered tasks ({steps[scratch]} steps)": (
-            lambda c, t: xnp.predict(scratch, c, t)),
+            lambda c, t: xnp.predict(scratch, c, t, calibrate=False)),
         "ordinary kriging (spherical)": OrdinaryKriging("spherical").predict,
         "exact GP, Matérn-5/2": GaussianProcess("matern52").predict,
     }  # fmt: skip

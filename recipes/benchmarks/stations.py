@@ -181,7 +181,7 @@ def baselines() -> dict[str, Predictor]:
 
 
 def np_predictor(model: xnp.NeuralProcess) -> Predictor:
-    return lambda context, targets: xnp.predict(model, context, targets)
+    return lambda context, targets: xnp.predict(model, context, targets, calibrate=False)
 
 
 # --------------------------------------------------------------------------- (a) ERA5 UK
@@ -474,7 +474,7 @@ def main() -> None:
     grid = xr.Dataset(coords={"latitude": era5.latitude, "longitude": era5.longitude})
     frame = test_idx[0]
     ctx0 = context.isel(time=0)
-    pred_np = xnp.predict(model, ctx0, grid)
+    pred_np = xnp.predict(model, ctx0, grid, calibrate=False)
     pred_ok = OrdinaryKriging("spherical").predict(ctx0, grid)
     fields = {"xnp BSA-TNP": pred_np.t2m_mean.values, "kriging": pred_ok.t2m_mean.values}
 

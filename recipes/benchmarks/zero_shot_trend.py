@@ -49,9 +49,9 @@ CAL = "xnp zero-shot, trend='linear', calibrate=True"
 
 def methods(model: xnp.NeuralProcess) -> dict:
     return {
-        ZERO: lambda c, t: xnp.predict(model, c, t),
-        CONST: lambda c, t: xnp.predict(model, c, t, trend="constant"),
-        TREND: lambda c, t: xnp.predict(model, c, t, trend="linear"),
+        ZERO: lambda c, t: xnp.predict(model, c, t, calibrate=False),
+        CONST: lambda c, t: xnp.predict(model, c, t, trend="constant", calibrate=False),
+        TREND: lambda c, t: xnp.predict(model, c, t, trend="linear", calibrate=False),
         CAL: lambda c, t: xnp.predict(model, c, t, trend="linear", calibrate=True),
         "ordinary kriging (spherical)": OrdinaryKriging("spherical").predict,
         "exact GP, Matérn-5/2": GaussianProcess("matern52").predict,
@@ -161,9 +161,9 @@ def fields(model: xnp.NeuralProcess, n_fields: int) -> str:
                 ds.drop_vars("field"),
             )
             preds = (
-                xnp.predict(model, context, grid),
-                xnp.predict(model, context, grid, trend="constant"),
-                xnp.predict(model, context, grid, trend="linear"),
+                xnp.predict(model, context, grid, calibrate=False),
+                xnp.predict(model, context, grid, trend="constant", calibrate=False),
+                xnp.predict(model, context, grid, trend="linear", calibrate=False),
                 xnp.predict(model, context, grid, trend="linear", calibrate=True),
                 GaussianProcess().predict(context, grid),
             )

@@ -98,7 +98,7 @@ def field_rows(models: dict[str, xnp.NeuralProcess], n_fields: int) -> str:
     """NLL on held-out synthetic fields, each model plain and with ``calibrate=True``."""
     variants = {}
     for name, model in models.items():
-        variants[name] = lambda c, t, m=model: xnp.predict(m, c, t)
+        variants[name] = lambda c, t, m=model: xnp.predict(m, c, t, calibrate=False)
         variants[f"{name}, calibrate=True"] = lambda c, t, m=model: xnp.predict(
             m, c, t, calibrate=True
         )

@@ -42,7 +42,7 @@ def score_fields(model: xnp.NeuralProcess, ell: float, box: float, seeds: range)
         mask = xr.DataArray(rng.random((24, 24)) < 0.2, dims=("lat", "lon"))
         context, truth, grid = ds[["field"]].where(mask), ds.where(~mask), ds.drop_vars("field")
         predictions = (
-            xnp.predict(model, context, grid, progress=False),
+            xnp.predict(model, context, grid, progress=False, calibrate=False),
             xnp.baselines.InverseDistanceWeighting().predict(context, grid),
             xnp.baselines.GaussianProcess().predict(context, grid),
         )

@@ -61,7 +61,7 @@ def predict(
     sample_step: int = 64,
     seed: int = 0,
     max_context: int | None = None,
-    calibrate: bool = False,
+    calibrate: bool | None = None,
     background: xr.DataArray | xr.Dataset | Mapping[str, xr.DataArray] | None = None,
 ) -> xr.Dataset:
     """Predictive mean and standard deviation of ``model``'s variables at ``targets``.
@@ -158,7 +158,7 @@ def predict(
         so for forecasts from full grids this costs little accuracy (the
         forecasting guide measures it); for interpolation every dropped
         observation is information lost.  Default: all observations.
-    calibrate : bool
+    calibrate : bool, optional
         Rescale the predictive std by the context's own 10-fold cross-validation
         (:mod:`xnp.prediction.calibration`): each tenth of the observations is
         predicted from the rest exactly as the targets are, and the std is
@@ -166,9 +166,14 @@ def predict(
         variable and per time (the result's ``xnp_calibration`` attribute gives
         the factors; joint samples spread around the mean by the same factor).
         For interpolation (not forecasts), with at least 10 observations; it
-        costs 10 more conditionings.  The shipped
-        zero-shot model's intervals are too wide on real temperature fields
-        (:doc:`/user-guide/pretrained`): this corrects them.
+        costs 10 more conditionings.  Default (None): on for models that
+        standardise each context by its own statistics (the pretrained zero-shot
+        models and models fine-tuned from them, whose intervals were learned on
+        synthetic fields: too wide on real temperature fields,
+        :doc:`/user-guide/pretrained`) at the times whose context holds at least
+        50 observations; off for models fitted on your data and for forecasts.
+        ``False`` keeps the model's own std; ``True`` calibrates any
+        interpolation.
     background : DataArray, or Dataset or dict of them (one per variable), optional
         A field the observations depart from (a climatology per hour of day, a
         model forecast): the model interpolates the departures of the

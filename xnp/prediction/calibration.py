@@ -16,6 +16,15 @@ It assumes the factor found between the context's points holds at the targets:
 the errors may change with the distance to the data, but their ratio to the
 predicted std should not.  It costs :data:`FOLDS` more conditionings of nine tenths
 of the context.
+
+By default (``calibrate=None``) it is on where it is needed and can be trusted
+(:func:`wanted`): for models that standardise each context by its own statistics
+(the pretrained zero-shot models and models fine-tuned from them), which learned
+their uncertainty on synthetic fields, when the context has at least
+:data:`AUTO_MIN_POINTS` observations, so that the factor is known to about 10 %
+(the relative standard error of a root mean square of ``n`` unit z-scores is about
+``1 / sqrt(2 n)``).  Models fitted on the user's own data learned its noise, and
+keep their std unless ``calibrate=True``.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from xnp.data.normalise import is_zero_shot
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.prediction.context import (
     Context,
@@ -35,12 +45,31 @@ from xnp.prediction.context import (
     prior_std,
 )
 
-__all__ = ["FOLDS", "MIN_POINTS", "calibrated", "cv_scale"]
+__all__ = ["AUTO_MIN_POINTS", "FOLDS", "MIN_POINTS", "calibrated", "cv_scale", "wanted"]
 
 #: Folds of the cross-validation (fewer when the context has fewer points).
 FOLDS = 10
 #: Fewest context points ``calibrate=True`` accepts.
 MIN_POINTS = 10
+#: Fewest context points with which the default (``calibrate=None``) calibrates.
+AUTO_MIN_POINTS = 50
+
+
+def wanted(calibrate: bool | None, model: Any, ctx: Context) -> bool:
+    """Whether to calibrate this context: ``calibrate`` if given, else the default.
+
+    The default calibrates a context-standardised (zero-shot or fine-tuned) model's
+    prediction from at least :data:`AUTO_MIN_POINTS` observations.
+
+    Examples
+    --------
+    >>> wanted(False, None, None), wanted(True, None, None)
+    (False, True)
+    """
+    if calibrate is not None:
+        return bool(calibrate)
+    n = 0 if ctx.observed is None else len(ctx.observed)
+    return is_zero_shot(model) and n >= AUTO_MIN_POINTS
 
 
 def cv_scale(model: Any, ctx: Context, data: xr.Dataset, opts: Options) -> np.ndarray:

@@ -78,8 +78,8 @@ class Options:
     #: condition on at most this many of the context's own points (a random subset)
     max_context: int | None = None
     #: rescale the predictive std by the context's own cross-validation
-    #: (:mod:`xnp.prediction.calibration`)
-    calibrate: bool = False
+    #: (:mod:`xnp.prediction.calibration`); None: where the default does
+    calibrate: bool | None = None
 
 
 def model_points(

@@ -6,6 +6,7 @@ once the model is an object (names and paths are resolved one layer up).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,7 +75,7 @@ def predict_with(
     sample_step: int = 64,
     seed: int = 0,
     max_context: int | None = None,
-    calibrate: bool = False,
+    calibrate: bool | None = None,
     background: Any = None,
 ) -> xr.Dataset:
     """Predictions of the model object ``model`` at ``targets``; see :func:`xnp.predict`.
@@ -85,8 +86,9 @@ def predict_with(
     :func:`xnp.predict`, one layer up.
     """
     model = check_model(model)
-    if not isinstance(calibrate, bool | np.bool_):
-        raise ConfigError(f"calibrate must be True or False; got {calibrate!r}.")
+    if calibrate is not None and not isinstance(calibrate, bool | np.bool_):
+        raise ConfigError(f"calibrate must be None, True or False; got {calibrate!r}.")
+    calibrate = None if calibrate is None else bool(calibrate)
     if trend is not None and trend != "none" and trend not in DEGREES:
         raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
     if trend is None:  # the model's own: that of a model fine-tuned with a trend
@@ -129,17 +131,18 @@ def predict_with(
         data = subtract(data, backgrounds)
         sources = tuple((i, subtract(src, backgrounds)) for i, src in sources)
     opts = Options(radius_km, chunks, memory_budget, progress, sources, trend, samples,
-                   sample_step, seed, max_context, bool(calibrate))  # fmt: skip
+                   sample_step, seed, max_context, calibrate)  # fmt: skip
     check_sampling(opts)
     layout = find_coords(data, model.variables[0], **coord_names(model, data))
     if isinstance(task, ForecastTasks):
-        if calibrate:
+        if calibrate:  # (the default, None, leaves forecasts as they are)
             raise ConfigError(
                 "calibrate=True cross-validates an interpolation's context; a forecast's "
                 "targets lie hours ahead of it, so its errors there say nothing of the "
                 "forecast's. A forecast model's std is calibrated by its training; predict "
                 "without calibrate=."
             )
+        opts = dataclasses.replace(opts, calibrate=False)
         return where.arrange(
             forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
         )

@@ -14,7 +14,7 @@ from xnp.errors import (
     ConfigError,
 )
 from xnp.prediction.blocks import Payload, as_dask, lazy_prediction
-from xnp.prediction.calibration import FOLDS, calibrated
+from xnp.prediction.calibration import FOLDS, calibrated, wanted
 from xnp.prediction.context import (
     Context,
     Options,
@@ -99,7 +99,7 @@ def run_targets(
 def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
     """The prediction at the points of ``template`` from the observations of one frame."""
     ctx = build_context(model, data, opts)
-    if opts.calibrate:
+    if wanted(opts.calibrate, model, ctx):
         ctx = calibrated(model, ctx, data, opts)
     out = run_targets(ctx, template, opts)
     if opts.trend is not None:
