@@ -120,26 +120,35 @@ def test_forecasts_are_not_calibrated_on_their_context():
         fitted.predict(ds, time=ds.time.values[20], calibrate=True)
 
 
-def test_by_default_zero_shot_predictions_from_enough_observations_are_calibrated(model):
+def test_by_default_zero_shot_predictions_with_a_trend_and_enough_observations_are_calibrated(
+    model,
+):
     many, few = stations(n=AUTO_MIN_POINTS, seed=6), stations(n=AUTO_MIN_POINTS - 1, seed=6)
-    default = xnp.predict(model, many, targets())
-    np.testing.assert_array_equal(default.t_std, xnp.predict(model, many, targets(),
+    lin = {"trend": "linear"}
+    default = xnp.predict(model, many, targets(), **lin)
+    np.testing.assert_array_equal(default.t_std, xnp.predict(model, many, targets(), **lin,
                                                              calibrate=True).t_std)  # fmt: skip
     assert "cross-validation" in default.attrs["xnp_calibration"]
-    raw = xnp.predict(model, many, targets(), calibrate=False)
+    raw = xnp.predict(model, many, targets(), **lin, calibrate=False)
     assert "xnp_calibration" not in raw.attrs
     assert float(abs(raw.t_std - default.t_std).max()) > 1e-3
+    # without a trend: the model's own std (its far field is not what the folds see)
+    plain = xnp.predict(model, many, targets())
+    assert "xnp_calibration" not in plain.attrs
+    np.testing.assert_array_equal(plain.t_std, xnp.predict(model, many, targets(),
+                                                           calibrate=False).t_std)  # fmt: skip
     # fewer observations than the default needs: the model's own std
-    small = xnp.predict(model, few, targets())
-    np.testing.assert_array_equal(small.t_std, xnp.predict(model, few, targets(),
+    small = xnp.predict(model, few, targets(), **lin)
+    np.testing.assert_array_equal(small.t_std, xnp.predict(model, few, targets(), **lin,
                                                            calibrate=False).t_std)  # fmt: skip
     # per time: a time with enough observations is calibrated, one without is not
     both = xr.concat([many, many.where(many.station < AUTO_MIN_POINTS - 1)], "time")
     times = np.array(["2020-01-01T00", "2020-01-01T06"], dtype="datetime64[ns]")
-    two = xnp.predict(model, both.assign_coords(time=times), targets())
+    two = xnp.predict(model, both.assign_coords(time=times), targets(), **lin)
     np.testing.assert_array_equal(two.t_std.isel(time=0), default.t_std)
     np.testing.assert_allclose(two.t_std.isel(time=1), xnp.predict(
-        model, many.isel(station=slice(0, AUTO_MIN_POINTS - 1)), targets(), calibrate=False
+        model, many.isel(station=slice(0, AUTO_MIN_POINTS - 1)), targets(), **lin,
+        calibrate=False,
     ).t_std, rtol=1e-5)  # fmt: skip
 
 

@@ -431,17 +431,19 @@ def test_predict_with_a_pretrained_model_zero_shot(capsys, files, tmp_path, monk
         want = xnp.predict("gp-sphere", d.field, grid, time="2000-01-01T06", calibrate=True,
                            seed=2)  # fmt: skip
         np.testing.assert_allclose(pred["field_std"], want["field_std"], rtol=1e-5)
-    # calibrated by default (a zero-shot model, 72 observations); --no-calibrate: not
+    # calibrated by default (a zero-shot model with a trend, 72 observations); not with
+    # --no-calibrate
     with xr.open_dataset(tmp_path / "t.nc") as pred:
         assert "xnp_calibration" in pred.attrs
     status, out, err = run(capsys, "predict", "gp-sphere", files / "data.nc", files / "grid.nc",
-                           "--time", "2000-01-01T06", "--no-calibrate", "--out",
-                           tmp_path / "n.nc", "--no-progress")  # fmt: skip
+                           "--time", "2000-01-01T06", "--trend", "linear", "--no-calibrate",
+                           "--out", tmp_path / "n.nc", "--no-progress")  # fmt: skip
     assert status == 0, err
     with xr.open_dataset(tmp_path / "n.nc") as pred, xr.open_dataset(files / "data.nc") as d, \
             xr.open_dataset(files / "grid.nc") as grid:  # fmt: skip
         assert "xnp_calibration" not in pred.attrs
-        want = xnp.predict("gp-sphere", d.field, grid, time="2000-01-01T06", calibrate=False)
+        want = xnp.predict("gp-sphere", d.field, grid, time="2000-01-01T06", trend="linear",
+                           calibrate=False)  # fmt: skip
         np.testing.assert_allclose(pred["field_std"], want["field_std"], rtol=1e-5)
     # departures from a background (an hourly climatology): the Python API's numbers
     with xr.open_dataset(files / "data.nc") as d:

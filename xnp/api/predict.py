@@ -170,10 +170,10 @@ def predict(
         standardise each context by its own statistics (the pretrained zero-shot
         models and models fine-tuned from them, whose intervals were learned on
         synthetic fields: too wide on real temperature fields,
-        :doc:`/user-guide/pretrained`) at the times whose context holds at least
-        50 observations; off for models fitted on your data and for forecasts.
-        ``False`` keeps the model's own std; ``True`` calibrates any
-        interpolation.
+        :doc:`/user-guide/pretrained`) when a ``trend`` is removed, at the times
+        whose context holds at least 50 observations; off otherwise, for models
+        fitted on your data and for forecasts.  ``False`` keeps the model's own
+        std; ``True`` calibrates any interpolation.
     background : DataArray, or Dataset or dict of them (one per variable), optional
         A field the observations depart from (a climatology per hour of day, a
         model forecast): the model interpolates the departures of the

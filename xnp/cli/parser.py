@@ -383,7 +383,8 @@ def _add_predict(subs: Any) -> None:
         default=None,
         help="rescale the predictive std by a 10-fold cross-validation of the context "
         "(interpolation only; 10 more conditionings per time); default: on for zero-shot "
-        "and fine-tuned models with at least 50 observations per time, off otherwise",
+        "and fine-tuned models with a --trend and at least 50 observations per time, off "
+        "otherwise",
     )
     p.add_argument(
         "--background",

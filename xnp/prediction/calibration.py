@@ -20,11 +20,17 @@ of the context.
 By default (``calibrate=None``) it is on where it is needed and can be trusted
 (:func:`wanted`): for models that standardise each context by its own statistics
 (the pretrained zero-shot models and models fine-tuned from them), which learned
-their uncertainty on synthetic fields, when the context has at least
-:data:`AUTO_MIN_POINTS` observations, so that the factor is known to about 10 %
-(the relative standard error of a root mean square of ``n`` unit z-scores is about
-``1 / sqrt(2 n)``).  Models fitted on the user's own data learned its noise, and
-keep their std unless ``calibrate=True``.
+their uncertainty on synthetic fields, when a ``trend`` is removed, and when the
+context has at least :data:`AUTO_MIN_POINTS` observations, so that the factor is
+known to about 10 % (the relative standard error of a root mean square of ``n`` unit
+z-scores is about ``1 / sqrt(2 n)``).  The trend matters: with it, the prediction far
+from the observations reverts to the trend with the trend's error in its variance, so
+the ratio measured between the observations holds beyond them; without it, the
+far-field error is the model's guess of the mean, which the folds (all inside the
+network) do not see, and a factor below 1 makes the far-field intervals too narrow
+(ERA5 validation days: 95 % coverage beyond 120 km from a station 0.974 → 0.890
+without a trend, 1.000 → 0.956 with it).  Models fitted on the user's own data
+learned its noise, and keep their std unless ``calibrate=True``.
 """
 
 from __future__ import annotations
@@ -55,21 +61,22 @@ MIN_POINTS = 10
 AUTO_MIN_POINTS = 50
 
 
-def wanted(calibrate: bool | None, model: Any, ctx: Context) -> bool:
+def wanted(calibrate: bool | None, model: Any, ctx: Context, trend: str | None) -> bool:
     """Whether to calibrate this context: ``calibrate`` if given, else the default.
 
     The default calibrates a context-standardised (zero-shot or fine-tuned) model's
-    prediction from at least :data:`AUTO_MIN_POINTS` observations.
+    prediction with a ``trend`` from at least :data:`AUTO_MIN_POINTS` observations.
 
     Examples
     --------
-    >>> wanted(False, None, None), wanted(True, None, None)
+    >>> wanted(False, None, None, "linear"), wanted(True, None, None, None)
     (False, True)
     """
     if calibrate is not None:
         return bool(calibrate)
-    n = 0 if ctx.observed is None else len(ctx.observed)
-    return is_zero_shot(model) and n >= AUTO_MIN_POINTS
+    if trend is None or not is_zero_shot(model):
+        return False
+    return ctx.observed is not None and len(ctx.observed) >= AUTO_MIN_POINTS
 
 
 def cv_scale(model: Any, ctx: Context, data: xr.Dataset, opts: Options) -> np.ndarray:

@@ -99,7 +99,7 @@ def run_targets(
 def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
     """The prediction at the points of ``template`` from the observations of one frame."""
     ctx = build_context(model, data, opts)
-    if wanted(opts.calibrate, model, ctx):
+    if wanted(opts.calibrate, model, ctx, opts.trend):
         ctx = calibrated(model, ctx, data, opts)
     out = run_targets(ctx, template, opts)
     if opts.trend is not None:
