@@ -196,3 +196,20 @@ def test_a_missing_observation_needs_no_background(model):
     pred = xnp.predict(model, data, targets(), background=holed)
     want = xnp.predict(model, data.isel(station=slice(1, None)), targets(), background=clim)
     np.testing.assert_allclose(pred.t_mean, want.t_mean, rtol=1e-6)
+
+
+def test_a_dask_background_is_read_lazily_and_its_gaps_refused_when_computed(model):
+    data, clim, tgt = stations(), climatology(), targets()
+    eager = xnp.predict(model, data, tgt, background=clim)
+    lazy_bg = xnp.predict(model, data, tgt, background=clim.chunk({"lat": 10}))
+    assert lazy_bg.t_mean.chunks is None  # an eager prediction stays eager
+    np.testing.assert_allclose(lazy_bg.t_mean, eager.t_mean, rtol=1e-7)
+    lazy = xnp.predict(model, data, tgt, background=clim.chunk({"lat": 10}), chunks={"lat": 2})
+    assert lazy.t_mean.chunks is not None
+    np.testing.assert_allclose(lazy.t_mean.values, eager.t_mean.values, rtol=1e-6)
+    # a gap at the targets only: found when the lazy result is computed, not NaN
+    holed = clim.where((clim.lat < 47.9) | (clim.lat > 48.1)).chunk({"lat": 10})
+    pred = xnp.predict(model, data.where(data.lat < 47), tgt, background=holed,
+                       chunks={"lat": 2})  # fmt: skip
+    with pytest.raises(ConfigError, match="no value at"):
+        pred.t_mean.compute()

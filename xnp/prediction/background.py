@@ -171,18 +171,33 @@ def values_at(
         ) from err
     if numeric:
         field = field.interp(numeric, method="linear")
-    if not field.chunks:
-        missing = field.isnull()
-        if needed is not None:
-            missing = missing & needed
-        if bool(missing.any()):
-            raise ConfigError(
-                f"{what} has no value at {int(missing.sum())} of {missing.size} points of the "
-                "data (they lie outside its coordinates, e.g. longitudes 0–360 against "
-                "−180–180, or it holds NaN there). Extend or fill the background to cover "
-                "every observation and target."
-            )
-    return field.drop_vars([c for c in field.coords if c not in field.dims])
+    field = field.drop_vars([c for c in field.coords if c not in field.dims])
+    missing = field.isnull()
+    if needed is not None:
+        missing = missing & needed
+    if field.chunks:  # a dask background: each block is checked when it is computed
+        return xr.apply_ufunc(
+            _covered, field, missing, kwargs={"what": what}, dask="parallelized",
+            output_dtypes=[field.dtype],
+        )  # fmt: skip
+    if bool(missing.any()):
+        raise ConfigError(_gap_message(what, int(missing.sum()), f"{missing.size} points"))
+    return field
+
+
+def _gap_message(what: str, count: int, among: str) -> str:
+    return (
+        f"{what} has no value at {count} of {among} of the data (they lie outside its "
+        "coordinates, e.g. longitudes 0–360 against −180–180, or it holds NaN there). "
+        "Extend or fill the background to cover every observation and target."
+    )
+
+
+def _covered(values: np.ndarray, missing: np.ndarray, what: str) -> np.ndarray:
+    """``values``, or a :class:`~xnp.errors.ConfigError` if a needed one is missing (a block)."""
+    if np.any(missing):
+        raise ConfigError(_gap_message(what, int(np.sum(missing)), "the points in one block"))
+    return np.broadcast_to(values, np.broadcast_shapes(values.shape, missing.shape))
 
 
 def _check_units(field: xr.DataArray, variable: xr.DataArray, name: str) -> None:
@@ -204,6 +219,8 @@ def subtract(data: xr.Dataset, backgrounds: Mapping[str, xr.DataArray]) -> xr.Da
         _check_units(field, data[name], name)
         observed = data[name].notnull()  # a missing observation needs no background
         values = values_at(field, located[name], f"background[{name!r}]", observed)
+        if not data[name].chunks:  # in-memory data stay in memory (and are checked now)
+            values = values.compute()
         with xr.set_options(keep_attrs=True):
             out[name] = data[name] - values.transpose(*[d for d in data[name].dims
                                                          if d in values.dims])  # fmt: skip
@@ -218,6 +235,8 @@ def restore(pred: xr.Dataset, backgrounds: Mapping[str, xr.DataArray]) -> xr.Dat
         if not shifted:
             continue
         values = values_at(field, pred[shifted[0]], f"background[{name!r}]")
+        if not pred[shifted[0]].chunks:  # an eager prediction stays eager
+            values = values.compute()
         for var in shifted:
             with xr.set_options(keep_attrs=True):
                 out[var] = (pred[var] + values).transpose(*pred[var].dims)
