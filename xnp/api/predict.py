@@ -182,10 +182,11 @@ def predict(
         (:mod:`xnp.prediction.background`).  It is read at the points by
         coordinate value (linear interpolation in space, exact times), so it may
         lie on a grid other than the data's; its dimensions must match coordinates
-        of the data by name or role (latitude, longitude, time).  E.g. an hourly
-        climatology ``clim = train.t2m.groupby("time.hour").mean()`` as
-        ``clim.sel(hour=data.time.dt.hour)``.  Interpolation only (not forecasts);
-        points it does not cover raise an error.
+        of the data by name or role (latitude, longitude, time).  A climatology
+        grouped by a part of the date, e.g. ``train.t2m.groupby("time.hour").mean()``
+        (or ``"time.month"``, ``"time.dayofyear"``), is read at each time's hour
+        (month, day of the year).  Interpolation only (not forecasts); points it
+        does not cover raise an error.
 
     Returns
     -------

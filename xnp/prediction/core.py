@@ -6,7 +6,6 @@ once the model is an object (names and paths are resolved one layer up).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,7 +141,6 @@ def predict_with(
                 "forecast's. A forecast model's std is calibrated by its training; predict "
                 "without calibrate=."
             )
-        opts = dataclasses.replace(opts, calibrate=False)
         return where.arrange(
             forecast(model, data, template, task, layout, opts, time=time, lead_time=lead_time)
         )
