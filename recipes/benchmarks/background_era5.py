@@ -40,14 +40,12 @@ import xarray as xr
 
 import xnp
 from xnp.baselines import GaussianProcess, OrdinaryKriging
-from xnp.data.tasks import task_to_dict
 from xnp.prediction.background import restore, subtract
-from xnp.train import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stations
 from _report import machine, write_section
-from finetune_era5 import CLUSTERED, TRAIN_DAYS, VAL_DAYS, evaluate_all, random_cells_task, table
+from finetune_era5 import CLUSTERED, TRAIN_DAYS, cached_fit, evaluate_all, random_cells_task, table
 from zero_shot_trend import era5_task
 
 COMMAND = "python recipes/benchmarks/background_era5.py"
@@ -68,28 +66,11 @@ def backgrounds() -> dict[str, xr.DataArray | None]:
 
 def fit(budget_min: float, quick: bool, background: xr.DataArray) -> xnp.NeuralProcess:
     """``gp-sphere`` fine-tuned on the departures from ``background`` (cached)."""
-    path = (
-        CACHE / ("quick" if quick else "models") / f"finetuned_clustered_hourly_{budget_min:g}min"
-    )
-    if path.exists():
-        model = xnp.load(path)
-        run = model.training
-        if run.get("time_budget_s") == budget_min * 60.0 and run["task"] == task_to_dict(
-            CLUSTERED
-        ):
-            print(f"fine-tuned model: cached ({run['step']} steps)", flush=True)
-            return model
-    print(f"fine-tuning for {budget_min} min", flush=True)
-    departures = subtract(stations.open_era5(), {"t2m": background})
-    config = TrainConfig(log_every=10, validate_every=10, checkpoint_every=10,
-                         validation_batches=4)  # fmt: skip
-    model = departures.isel(time=slice(*TRAIN_DAYS)).np.fit(
-        "t2m", model="gp-sphere", tasks=CLUSTERED,
-        validation=departures.isel(time=slice(*VAL_DAYS)), batch_size=8,
-        learning_rate=1e-4, time_budget=budget_min * 60.0, config=config, progress=False,
+    return cached_fit(
+        f"finetuned_clustered_hourly_{budget_min:g}min", budget_min, quick, cache=CACHE,
+        model="gp-sphere", learning_rate=1e-4, tasks=CLUSTERED,
+        data=subtract(stations.open_era5(), {"t2m": background}),
     )  # fmt: skip
-    model.save(path)
-    return model
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 import xnp
 from xnp.baselines import GaussianProcess, OrdinaryKriging
@@ -56,9 +57,14 @@ METRICS = ("rmse", "nll", "crps", "coverage_90", "coverage_95")
 
 
 def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float,
-        trend: str | None = None, tasks: SpatialTasks = TASKS) -> xnp.NeuralProcess:  # fmt: skip
-    """A fit on days 1–16 (validated on days 17–18) for ``budget_min`` minutes."""
-    era5 = stations.open_era5()
+        trend: str | None = None, tasks: SpatialTasks = TASKS,
+        data: xr.Dataset | None = None) -> xnp.NeuralProcess:  # fmt: skip
+    """A fit on days 1–16 (validated on days 17–18) for ``budget_min`` minutes.
+
+    ``data``: the hourly ERA5 dataset to fit (default: the file itself; e.g. its
+    departures from a background).
+    """
+    era5 = stations.open_era5() if data is None else data
     train = era5.isel(time=slice(*TRAIN_DAYS))
     validation = era5.isel(time=slice(*VAL_DAYS))
     config = TrainConfig(log_every=10, validate_every=10, checkpoint_every=10,
@@ -70,9 +76,10 @@ def fit(model: str | xnp.NeuralProcess, budget_min: float, learning_rate: float,
     )  # fmt: skip
 
 
-def cached_fit(name: str, budget_min: float, quick: bool, **kw) -> xnp.NeuralProcess:
-    """:func:`fit`, cached under ``name`` while the budget, tasks and trend are the same."""
-    path = CACHE / ("quick" if quick else "models") / name
+def cached_fit(name: str, budget_min: float, quick: bool, cache: Path = CACHE,
+               **kw) -> xnp.NeuralProcess:  # fmt: skip
+    """:func:`fit`, cached in ``cache`` under ``name`` while budget, tasks and trend match."""
+    path = cache / ("quick" if quick else "models") / name
     if path.exists():
         model = xnp.load(path)
         run = model.training
