@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from strategies import DATA_DIR, open_real, requires_data
 
 import xnp
 from xnp.errors import ConfigError, CoordinateError, IncompatibleUnitsError
@@ -213,3 +214,26 @@ def test_a_dask_background_is_read_lazily_and_its_gaps_refused_when_computed(mod
                        chunks={"lat": 2})  # fmt: skip
     with pytest.raises(ConfigError, match="no value at"):
         pred.t_mean.compute()
+
+
+@requires_data
+def test_era5_station_interpolation_gains_from_an_hourly_climatology(model):
+    # as a user would: an hourly climatology of past days, stations on a later day
+    era5 = open_real("era5_t2m_uk_2019-03-01_21.nc")
+    clim = era5.t2m.isel(time=slice(0, 16 * 24)).groupby("time.hour").mean()
+    sites = pd.read_csv(DATA_DIR / "hadisd_station_locations.csv")
+    sites = sites[sites.latitude.between(50, 58) & sites.longitude.between(-10, 2)]
+    at = {c: xr.DataArray(sites[c].to_numpy(), dims="station") for c in ("latitude", "longitude")}
+    frames = era5.isel(time=[16 * 24, 16 * 24 + 12])  # day 17, 00:00 and 12:00
+    obs = frames.sel(at, method="nearest")
+    grid = era5.isel(time=0).drop_vars(["t2m", "time"])
+    plain = obs.t2m.np.predict(model, grid, trend="linear")
+    with_bg = obs.t2m.np.predict(model, grid, trend="linear", background=clim)
+    by_hand = restore(xnp.predict(model, subtract(obs, {"t2m": clim}), grid, trend="linear"),
+                      {"t2m": clim})  # fmt: skip
+    np.testing.assert_allclose(with_bg.t2m_mean, by_hand.t2m_mean, rtol=1e-6)
+    np.testing.assert_allclose(with_bg.t2m_std, by_hand.t2m_std, rtol=1e-6)
+    assert "xnp_calibration" in with_bg.attrs  # zero-shot, a trend, over 200 stations
+    rmse = {k: float(np.sqrt(((p.t2m_mean - frames.t2m) ** 2).mean()))
+            for k, p in (("plain", plain), ("background", with_bg))}  # fmt: skip
+    assert rmse["background"] < 0.8 * rmse["plain"], rmse
