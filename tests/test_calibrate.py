@@ -133,10 +133,12 @@ def test_by_default_zero_shot_predictions_with_a_trend_and_enough_observations_a
     assert "xnp_calibration" not in raw.attrs
     assert float(abs(raw.t_std - default.t_std).max()) > 1e-3
     # without a trend: the model's own std (its far field is not what the folds see)
-    plain = xnp.predict(model, many, targets())
+    plain = xnp.predict(model, many, targets(), trend="none")
     assert "xnp_calibration" not in plain.attrs
-    np.testing.assert_array_equal(plain.t_std, xnp.predict(model, many, targets(),
+    np.testing.assert_array_equal(plain.t_std, xnp.predict(model, many, targets(), trend="none",
                                                            calibrate=False).t_std)  # fmt: skip
+    # gp-sphere's own trend is linear: with no trend= the default is calibrated
+    np.testing.assert_array_equal(xnp.predict(model, many, targets()).t_std, default.t_std)
     # fewer observations than the default needs: the model's own std
     small = xnp.predict(model, few, targets(), **lin)
     np.testing.assert_array_equal(small.t_std, xnp.predict(model, few, targets(), **lin,

@@ -108,6 +108,13 @@ def test_cli_fine_tunes_from_a_name(capsys, tmp_path, field):
     model = xnp.load(tmp_path / "m")
     assert model.training["fine_tuned_from"]["from"] == "gp-sphere"
     assert model.normalise == "context"
+    assert model.training["trend"] == "linear"  # gp-sphere's own, kept for prediction
+    status = main(["fit", str(tmp_path / "field.nc"), "field", "--from", "gp-sphere",
+                   "--out", str(tmp_path / "plain"), "--steps", "1", "--batch-size", "2",
+                   "--validation", "0", "--no-progress", "--quiet",
+                   "--trend", "none"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    assert xnp.load(tmp_path / "plain").training["trend"] is None
 
 
 def test_the_sampler_removes_each_contexts_trend(field):
@@ -144,6 +151,27 @@ def test_a_model_fine_tuned_with_a_trend_predicts_with_it(field, tmp_path):
     assert not np.allclose(off.field_mean, own.field_mean)
     loaded = xnp.load(tuned.save(tmp_path / "m"))
     np.testing.assert_array_equal(frame_prediction(loaded, frame).field_mean, own.field_mean)
+
+
+def test_a_default_fine_tune_keeps_the_pretrained_models_own_trend_for_prediction(field):
+    base = xnp.pretrained("gp-sphere")
+    assert base.training["trend"] == "linear"
+    tuned = field.np.fit("field", model="gp-sphere", **FROZEN)
+    # learnt on plain contexts, predicts with gp-sphere's own trend
+    assert tuned.training["trend"] == "linear"
+    assert tuned.training["trend_in_training"] is None
+    frame = field.isel(time=1)
+    a, b = frame_prediction(base, frame), frame_prediction(tuned, frame)  # both by default
+    assert b.attrs["xnp_trend"].startswith("linear")
+    np.testing.assert_allclose(b.field_mean, a.field_mean, atol=1e-5)  # step 0
+    np.testing.assert_allclose(b.field_std, a.field_std, atol=1e-5)
+    # trend="none": no trend in training or at prediction
+    plain = field.np.fit("field", model="gp-sphere", trend="none", **FROZEN)
+    assert plain.training["trend"] is None
+    assert "xnp_trend" not in frame_prediction(plain, frame).attrs
+    # a trend other than "none" is for fine-tuning only
+    with pytest.raises(ConfigError, match="fine-tuning"):
+        field.np.fit("field", model="bsa-tnp-tiny", trend="constant", **FROZEN)
 
 
 def test_a_trend_is_for_fine_tuning_interpolation(field):

@@ -175,7 +175,7 @@ def test_a_gradient_is_extrapolated_with_the_trend_and_not_without(model):
     context = ds[["field"]].where(south & (rng.random(ds.field.shape) < 0.5))
     grid = ds.drop_vars("field").drop_dims("time")
     before = context.copy(deep=True)
-    plain = context.np.predict(model, grid)
+    plain = context.np.predict(model, grid, trend="none")
     pred = context.np.predict(model, grid, trend="linear")
     north = ds.lat > 50
 
@@ -188,6 +188,8 @@ def test_a_gradient_is_extrapolated_with_the_trend_and_not_without(model):
     assert "xnp_trend" not in plain.attrs
     assert pred.field_mean.attrs["units"] == plain.field_mean.attrs["units"] == "K"
     assert np.isfinite(pred.field_std).all()
+    # gp-sphere's own trend is the linear one: the default prediction is this one
+    xr.testing.assert_identical(context.np.predict(model, grid), pred)
     assert (pred.field_std > 0).all()
     xr.testing.assert_identical(context, before)  # the context is never modified
     # lazy (dask chunks) and regional prediction give the same numbers as eager

@@ -7,8 +7,9 @@ also given a *background*: the mean per cell of every day before the frames
 predicted (the training days 1–16 for the validation days 17–18; days 1–18 for
 the test days 19–21, a rule fixed before any test row was computed), or per cell
 and hour of day (``ds.t2m.groupby("time.hour").mean()``, read at each frame's
-hour); the test rows with the training days' background are given beside them.  Each method interpolates the departures of the observations from
-the background, and the background is added back at the targets: for xnp by
+hour); the test rows with the training days' background are given beside them.
+Each method interpolates the departures of the observations from the background,
+and the background is added back at the targets: for xnp by
 ``predict(..., background=)``, for the baselines by the same two functions
 (:func:`xnp.prediction.background.subtract` and :func:`~xnp.prediction.background.restore`),
 so every method sees identical inputs.
@@ -80,7 +81,7 @@ def fit(budget_min: float, quick: bool, background: xr.DataArray) -> xnp.NeuralP
     """``gp-sphere`` fine-tuned on the departures from ``background`` (cached)."""
     return cached_fit(
         f"finetuned_clustered_hourly_{budget_min:g}min", budget_min, quick, cache=CACHE,
-        model="gp-sphere", learning_rate=1e-4, tasks=CLUSTERED,
+        model="gp-sphere", learning_rate=1e-4, tasks=CLUSTERED, trend="none",
         data=subtract(stations.open_era5(), {"t2m": background}),
     )  # fmt: skip
 

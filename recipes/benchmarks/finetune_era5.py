@@ -85,7 +85,7 @@ def cached_fit(name: str, budget_min: float, quick: bool, cache: Path = CACHE,
         run = model.training
         same = (run.get("time_budget_s") == budget_min * 60.0
                 and run["task"] == task_to_dict(kw.get("tasks", TASKS))
-                and run.get("trend") == kw.get("trend")
+                and run.get("trend") == (None if kw.get("trend") == "none" else kw.get("trend"))
                 and run["learning_rate"] == kw["learning_rate"])  # fmt: skip
         if same:
             print(f"{name}: cached ({run['step']} steps)", flush=True)
@@ -145,10 +145,11 @@ def main() -> None:
     start = time.perf_counter()
     base = xnp.pretrained("gp-sphere")
     budget = args.budget
+    # plain fine-tunes (no trend of their own: each row says how it predicts)
     uniform = cached_fit("finetuned_uniform", budget, args.quick, model="gp-sphere",
-                         learning_rate=1e-4)  # fmt: skip
+                         learning_rate=1e-4, trend="none")  # fmt: skip
     clustered = cached_fit("finetuned_clustered", budget, args.quick, model="gp-sphere",
-                           learning_rate=1e-4, tasks=CLUSTERED)  # fmt: skip
+                           learning_rate=1e-4, tasks=CLUSTERED, trend="none")  # fmt: skip
     detrended = cached_fit("finetuned_clustered_trend", budget, args.quick, model="gp-sphere",
                            learning_rate=1e-4, tasks=CLUSTERED, trend="linear")  # fmt: skip
     scratch = cached_fit("scratch_clustered", budget, args.quick, model=base.config,
@@ -157,7 +158,8 @@ def main() -> None:
     lin = {"trend": "linear", "calibrate": False}
     cal = {"trend": "linear", "calibrate": True}
     methods = {
-        "xnp gp-sphere zero-shot": lambda c, t: xnp.predict(base, c, t, calibrate=False),
+        "xnp gp-sphere zero-shot": lambda c, t: xnp.predict(base, c, t, trend="none",
+                                                          calibrate=False),
         "xnp gp-sphere zero-shot, trend='linear'": lambda c, t: xnp.predict(base, c, t, **lin),
         "xnp gp-sphere zero-shot, trend='linear', calibrate=True": (
             lambda c, t: xnp.predict(base, c, t, **cal)),

@@ -62,7 +62,7 @@ def candidate_grid(obs: xr.Dataset, step: float = 0.5, within_km: float = 150.0)
 def mean_std_after(model, obs: xr.Dataset, grid: xr.Dataset, sites: np.ndarray) -> float:
     """Mean predictive std over ``grid`` with ``sites`` added at the model's mean."""
     if len(sites):
-        pred = xnp.predict(model, obs, grid.isel(point=sites), calibrate=False)
+        pred = xnp.predict(model, obs, grid.isel(point=sites), trend="none", calibrate=False)
         extra = xr.Dataset(
             {VAR: ("station", pred[f"{VAR}_mean"].values, obs[VAR].attrs)},
             coords={"station": [f"new{i}" for i in range(len(sites))],
@@ -70,7 +70,7 @@ def mean_std_after(model, obs: xr.Dataset, grid: xr.Dataset, sites: np.ndarray) 
                     "lon": ("station", grid.lon.values[sites])},
         )  # fmt: skip
         obs = xr.concat([obs, extra], "station")
-    return float(xnp.predict(model, obs, grid, calibrate=False)[f"{VAR}_std"].mean())
+    return float(xnp.predict(model, obs, grid, trend="none", calibrate=False)[f"{VAR}_std"].mean())
 
 
 def main() -> None:

@@ -181,7 +181,10 @@ def baselines() -> dict[str, Predictor]:
 
 
 def np_predictor(model: xnp.NeuralProcess) -> Predictor:
-    return lambda context, targets: xnp.predict(model, context, targets, calibrate=False)
+    # as the network predicts: no trend (gp-sphere's own is linear), no calibration
+    return lambda context, targets: xnp.predict(
+        model, context, targets, trend="none", calibrate=False
+    )
 
 
 # --------------------------------------------------------------------------- (a) ERA5 UK

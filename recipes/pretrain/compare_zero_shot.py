@@ -62,9 +62,9 @@ def predictors(models: dict[str, xnp.NeuralProcess], baselines: bool) -> dict:
     """Each model with and without ``trend="linear"``, each also with ``calibrate=True``."""
     out = {}
     for name, model in models.items():
-        for trend in (None, "linear"):
+        for trend in ("none", "linear"):
             for calibrate in (False, True):
-                label = name + (f", trend='{trend}'" if trend else "")
+                label = name + (f", trend='{trend}'" if trend != "none" else "")
                 label += ", calibrate=True" if calibrate else ""
                 out[label] = lambda c, t, m=model, tr=trend, ca=calibrate: xnp.predict(
                     m, c, t, trend=tr, calibrate=ca
@@ -95,13 +95,8 @@ def era5_rows(methods: dict, frames: np.ndarray) -> str:
 
 
 def field_rows(models: dict[str, xnp.NeuralProcess], n_fields: int) -> str:
-    """NLL on held-out synthetic fields, each model plain and with ``calibrate=True``."""
-    variants = {}
-    for name, model in models.items():
-        variants[name] = lambda c, t, m=model: xnp.predict(m, c, t, calibrate=False)
-        variants[f"{name}, calibrate=True"] = lambda c, t, m=model: xnp.predict(
-            m, c, t, calibrate=True
-        )
+    """NLL on held-out synthetic fields, each model with and without trend and calibration."""
+    variants = predictors(models, baselines=False)
     lines = []
     for ell, box in CASES:
         cells = []

@@ -16,6 +16,12 @@ a random initialisation.  What carries over, and how:
   scale once, that of the training data's whole network of places, and bakes it
   into the weights (:meth:`~xnp.NeuralProcess.with_distance_scale`); the
   fine-tuned model then reads distances as they are, the scale it learned on.
+* **Trend.**  A pretrained model may record the trend zero-shot prediction
+  removes by default (``training["trend"]``; ``gp-sphere``'s is ``"linear"``).
+  A fine-tuned model keeps it for prediction unless ``fit(..., trend=)`` says
+  otherwise (:func:`fit_trend`), so at step 0 it predicts what the pretrained
+  model predicts by default; its training tasks stay plain unless a trend is
+  given.
 * **Covariates.**  New covariates (elevation, hour of day, any variable) enter
   the point encoder as extra input channels whose weights start at zero, so step
   0 is unchanged.
@@ -51,6 +57,7 @@ __all__ = [
     "Start",
     "as_pretrained",
     "check_fit_trend",
+    "fit_trend",
     "pretrained_start",
 ]
 
@@ -69,28 +76,63 @@ def check_fit_trend(trend: Any, fine_tuning: bool, tasks: Any) -> None:
     """Raise :class:`~xnp.errors.ConfigError` unless ``fit(trend=...)`` can be honoured.
 
     A trend is removed from each task's context when fine-tuning a pretrained
-    (context-standardised) model on interpolation tasks.
+    (context-standardised) model on interpolation tasks; ``None`` and ``"none"``
+    ask for none.
 
     Examples
     --------
     >>> check_fit_trend("linear", True, None)
     """
-    if trend is None:
+    if trend is None or trend == "none":
         return
     if trend not in ("constant", "linear"):
-        raise ConfigError(f"trend must be None, 'constant' or 'linear'; got {trend!r}.")
+        raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
     if not fine_tuning:
         raise ConfigError(
             "trend= is for fine-tuning a pretrained model (model='gp-sphere', ...), which "
             "standardises each context by its own statistics; a model fitted from scratch "
             "learns the field's large-scale structure from the data. Fit without trend=."
         )
-    inner = tasks.task if isinstance(tasks, WindowTasks) else tasks
-    if isinstance(inner, ForecastTasks):
+    if _forecasting(tasks):
         raise ConfigError(
             "trend= applies to interpolation tasks; a forecast learns the change from its "
             "baseline (ForecastTasks(baseline=...)). Fit without trend=."
         )
+
+
+def fit_trend(trend: Any, base: NeuralProcess | None, tasks: Any) -> tuple[str | None, str | None]:
+    """The trends of a fit (checked): the one removed in training, the model's own.
+
+    The model's own trend is the one :func:`xnp.predict` removes by default.  A
+    trend given to the fit is both.  ``None`` when fine-tuning on interpolation
+    tasks: the tasks are learnt plain, and the fine-tuned model keeps the
+    pretrained model's own trend for prediction (``base.training["trend"]``), as
+    the validation days chose (``recipes/benchmarks/finetune_era5.py``: removing
+    it in training too did not lower the NLL or CRPS); so at step 0 the
+    fine-tuned model predicts what the pretrained one predicts by default.
+    ``"none"``: no trend, in training or prediction.
+
+    Examples
+    --------
+    >>> fit_trend(None, pretrained("gp-sphere"), None)
+    (None, 'linear')
+    >>> fit_trend("linear", pretrained("gp-sphere"), None)
+    ('linear', 'linear')
+    >>> fit_trend("none", pretrained("gp-sphere"), None)
+    (None, None)
+    >>> fit_trend(None, None, None)
+    (None, None)
+    """
+    check_fit_trend(trend, base is not None, tasks)
+    if trend is None:
+        own = None if base is None or _forecasting(tasks) else (base.training or {}).get("trend")
+        return None, own
+    return (None, None) if trend == "none" else (str(trend), str(trend))
+
+
+def _forecasting(tasks: Any) -> bool:
+    inner = tasks.task if isinstance(tasks, WindowTasks) else tasks
+    return isinstance(inner, ForecastTasks)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from xnp.api.finetune import (
     FINE_TUNE_LEARNING_RATE,
     FINE_TUNE_STEPS,
     as_pretrained,
-    check_fit_trend,
+    fit_trend,
     pretrained_start,
 )
 from xnp.api.inputs import (
@@ -193,12 +193,15 @@ def fit(
         validated parameters).  It counts the training loop (compilation and
         validation included), not reading the data before it; a resumed fit
         counts the time of the run before the interruption.
-    trend : {None, "constant", "linear"}
+    trend : {None, "none", "constant", "linear"}
         Fine-tuning only: each task's context trend (generalised least squares,
         :class:`xnp.data.trend.Trend`) is removed before the model sees the values,
         so that it learns the residuals, as zero-shot prediction with ``trend=``
         shows them; the fitted model records it and applies it at prediction
-        (``predict(..., trend="none")`` turns it off).
+        (``predict(..., trend="none")`` turns it off).  ``None``: plain training
+        tasks, and the fine-tuned model keeps the pretrained model's own trend
+        for prediction (``gp-sphere``'s is ``"linear"``; chosen on validation
+        data, :func:`xnp.api.finetune.fit_trend`); ``"none"``: no trend at all.
 
     Returns
     -------
@@ -233,7 +236,7 @@ def fit(
         raise ConfigError("Name the variable to learn, e.g. fit(ds, 't2m').")
     budget = None if time_budget is None else parse_seconds(time_budget)
     base = as_pretrained(model)  # a pretrained model to fine-tune, or None
-    check_fit_trend(trend, base is not None, tasks)
+    trend, own_trend = fit_trend(trend, base, tasks)  # removed in training; at prediction
     if steps is None:
         steps = _UNLIMITED_STEPS if budget is not None else FINE_TUNE_STEPS if base else 2_000
     if learning_rate is None:
@@ -362,7 +365,8 @@ def fit(
             "dataset" if isinstance(validation, xr.Dataset) else "times"),
         "train_config": _run_config(config),
         "context_size": nc, "target_size": nt, "sources": sources, "time_budget_s": budget,
-        "fine_tuned_from": None if start is None else start.record, "trend": trend,
+        "fine_tuned_from": None if start is None else start.record, "trend": own_trend,
+        "trend_in_training": trend,
     }  # fmt: skip
     run["data"] = fingerprint(data, layout, variables, sampler.normaliser)
     if val_data is not None:

@@ -112,9 +112,12 @@ def predict(
         Zero-shot models only: the context's large-scale mean, estimated before
         the model sees the values (:class:`xnp.data.trend.Trend`), per context
         set (each time; all of it, also with ``context_radius``).  ``None``: the
-        model's own (that of ``fit(..., trend=)`` for a model fine-tuned with
-        one; else none).  ``"none"``: the model standardises the context by its
-        plain mean, which it predicts far from the observations.  ``"constant"``:
+        model's own, ``training["trend"]``: ``"linear"`` for ``gp-sphere`` (chosen
+        on validation data: real fields have large-scale gradients) and the
+        models fine-tuned from it, that of ``fit(..., trend=)`` for a fine-tune
+        that set one, else none.  ``"none"``: the model standardises the context
+        by its plain mean, which it predicts far from the observations (the
+        better choice for stationary fields with no large-scale gradient).  ``"constant"``:
         the mean is estimated by generalised least squares, with dense clusters
         of stations down-weighted as in ordinary kriging, and the prediction
         reverts to it where the observations leave the field unexplained.
@@ -170,7 +173,8 @@ def predict(
         standardise each context by its own statistics (the pretrained zero-shot
         models and models fine-tuned from them, whose intervals were learned on
         synthetic fields: too wide on real temperature fields,
-        :doc:`/user-guide/pretrained`) when a ``trend`` is removed, at the times
+        :doc:`/user-guide/pretrained`) when a trend is removed (theirs, as
+        ``gp-sphere``'s, or ``trend=``), at the times
         whose context holds at least 50 observations; off otherwise, for models
         fitted on your data and for forecasts.  ``False`` keeps the model's own
         std; ``True`` calibrates any interpolation.

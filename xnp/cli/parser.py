@@ -173,10 +173,11 @@ def _add_fit(subs: Any) -> None:
     )
     p.add_argument(
         "--trend",
-        choices=("constant", "linear"),
+        choices=("none", "constant", "linear"),
         help="with --from: remove each task's context mean (constant) or plane (linear), "
         "estimated by generalised least squares, before the model sees it; the model "
-        "keeps it for prediction (default: none)",
+        "keeps it for prediction (default: the pretrained model's own, linear for "
+        "gp-sphere; none: no trend)",
     )
     p.add_argument(
         "--tasks",
@@ -365,8 +366,9 @@ def _add_predict(subs: Any) -> None:
         "(linear) by generalised least squares, with dense station clusters "
         "down-weighted as in kriging; the model interpolates the rest and the "
         "prediction reverts to the trend far from the observations (recommended for "
-        "station networks with gaps; default: the model's own, that of a model "
-        "fine-tuned with --trend, else none: the plain mean)",
+        "station networks with gaps; default: the model's own: linear for gp-sphere "
+        "and the models fine-tuned from it, none for a model that records none; "
+        "none: the plain mean)",
     )
     p.add_argument(
         "--max-context",
@@ -383,8 +385,8 @@ def _add_predict(subs: Any) -> None:
         default=None,
         help="rescale the predictive std by a 10-fold cross-validation of the context "
         "(interpolation only; 10 more conditionings per time); default: on for zero-shot "
-        "and fine-tuned models with a --trend and at least 50 observations per time, off "
-        "otherwise",
+        "and fine-tuned models with a trend (theirs, as gp-sphere's, or --trend) and at "
+        "least 50 observations per time, off otherwise",
     )
     p.add_argument(
         "--background",
