@@ -35,6 +35,7 @@ import numpy as np
 import xarray as xr
 
 import xnp
+from xnp.api.finetune import as_pretrained, fit_trend
 from xnp.baselines import GaussianProcess, OrdinaryKriging
 from xnp.data import SpatialTasks
 from xnp.data.tasks import task_to_dict
@@ -83,9 +84,13 @@ def cached_fit(name: str, budget_min: float, quick: bool, cache: Path = CACHE,
     if path.exists():
         model = xnp.load(path)
         run = model.training
+        tasks = kw.get("tasks", TASKS)
+        # the trends the fit would remove in training and record (a record from before
+        # "trend_in_training" removed its one trend in training too)
+        trends = fit_trend(kw.get("trend"), as_pretrained(kw["model"]), tasks)
         same = (run.get("time_budget_s") == budget_min * 60.0
-                and run["task"] == task_to_dict(kw.get("tasks", TASKS))
-                and run.get("trend") == (None if kw.get("trend") == "none" else kw.get("trend"))
+                and run["task"] == task_to_dict(tasks)
+                and (run.get("trend_in_training", run.get("trend")), run.get("trend")) == trends
                 and run["learning_rate"] == kw["learning_rate"])  # fmt: skip
         if same:
             print(f"{name}: cached ({run['step']} steps)", flush=True)

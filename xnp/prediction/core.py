@@ -90,7 +90,7 @@ def predict_with(
     calibrate = None if calibrate is None else bool(calibrate)
     if trend is not None and trend != "none" and trend not in DEGREES:
         raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
-    if trend is None:  # the model's own: that of a model fine-tuned with a trend
+    if trend is None:  # the model's own (gp-sphere's, or a fine-tune's; else none)
         trend = (getattr(model, "training", None) or {}).get("trend")
     trend = None if trend == "none" else trend
     if trend is not None and not is_zero_shot(model):
