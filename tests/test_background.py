@@ -234,6 +234,8 @@ def test_era5_station_interpolation_gains_from_an_hourly_climatology(model):
     np.testing.assert_allclose(with_bg.t2m_mean, by_hand.t2m_mean, rtol=1e-6)
     np.testing.assert_allclose(with_bg.t2m_std, by_hand.t2m_std, rtol=1e-6)
     assert "xnp_calibration" in with_bg.attrs  # zero-shot, a trend, over 200 stations
+    # the default call is this one: gp-sphere's own trend is linear, hence calibrated
+    xr.testing.assert_identical(obs.t2m.np.predict(model, grid, background=clim), with_bg)
     rmse = {k: float(np.sqrt(((p.t2m_mean - frames.t2m) ** 2).mean()))
             for k, p in (("plain", plain), ("background", with_bg))}  # fmt: skip
     assert rmse["background"] < 0.8 * rmse["plain"], rmse
