@@ -65,6 +65,51 @@ def test_the_greedy_step_matches_a_brute_force_reference(field, fitted):
     assert np.isnan(out.acquisition_map.isel(step=1)[int(out.site_index[0])])
 
 
+def test_weighted_region_matches_a_reference_and_uniform_weights_change_nothing(field, fitted):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    rng = np.random.default_rng(0)
+    weights = xr.DataArray(rng.uniform(0.0, 2.0, ds.field.shape), coords=ds.field.coords)
+    out = place_sensors(fitted, context, grid, grid, n_sites=1, acquisition="mean_variance",
+                        weights=weights, progress=False)  # fmt: skip
+    share = (weights / weights.sum()).values
+    # the slow reference: a few candidates added by hand with the model's mean, the
+    # grid predicted with xnp.predict, the weighted mean variance over it
+    base = xnp.predict(fitted, context, grid)
+    expected = float((base.field_std.values**2 * share).sum())
+    np.testing.assert_allclose(float(out.acquisition_before), expected, rtol=1e-4)
+    scores = out.acquisition_map.isel(step=0).values
+    for i in (30, 39, 47):  # cells the context does not hold
+        lat, lon = float(out.candidate_lat[i]), float(out.candidate_lon[i])
+        assert np.isnan(float(context.field.sel(lat=lat, lon=lon)))
+        value = float(base.field_mean.sel(lat=lat, lon=lon))
+        pred = xnp.predict(fitted, with_site(context, lat, lon, value), grid)
+        np.testing.assert_allclose(scores[i], float((pred.field_std.values**2 * share).sum()),
+                                   rtol=1e-4)  # fmt: skip
+    plain = place_sensors(fitted, context, grid, grid, n_sites=2, progress=False)
+    uniform = place_sensors(fitted, context, grid, grid, n_sites=2, progress=False,
+                            weights=xr.ones_like(weights) * 3.0)  # fmt: skip
+    np.testing.assert_array_equal(plain.site_index, uniform.site_index)
+    np.testing.assert_allclose(plain.acquisition_map, uniform.acquisition_map, rtol=1e-5)
+    # a region where one cell alone counts: the first site goes where it helps that cell
+    # most, and the map of that cell's std is what the acquisition reports
+    one = xr.zeros_like(weights)
+    one[-1, -1] = 1.0
+    solo = place_sensors(fitted, context, grid, grid, n_sites=1, weights=one, progress=False)
+    np.testing.assert_allclose(float(solo.acquisition_before),
+                               float(base.field_std[-1, -1]), rtol=1e-4)  # fmt: skip
+    for w in (-weights, weights.where(weights > 0.1), 0 * weights):  # negative, NaN, all 0
+        with pytest.raises(ConfigError, match=r"finite \(not NaN\) and at least 0"):
+            place_sensors(fitted, context, grid, grid, 1, weights=w, progress=False)
+    with pytest.raises(ConfigError, match="same coordinates"):
+        place_sensors(fitted, context, grid, grid, 1, weights=weights.isel(lat=[0]),
+                      progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="weights= weighs"):
+        place_sensors(fitted, context, grid, grid, 1, acquisition="std", weights=weights)
+    with pytest.raises(ConfigError, match="DataArray"):
+        place_sensors(fitted, context, grid, grid, 1, weights=weights.values, progress=False)
+
+
 def test_lazy_greedy_tries_fewer_and_loses_little(field, model):
     ds, context = field
     grid = ds.drop_vars("field")
@@ -144,3 +189,17 @@ def test_the_accessor_and_the_command_line(field, model, tmp_path, capsys):
     written = xr.open_dataset(tmp_path / "lazy.nc")
     np.testing.assert_allclose(written.site_lat, lazy.site_lat)
     np.testing.assert_array_equal(written.tried, lazy.tried)
+    # a weighted region, from the accessor and from a variable of the region file
+    area = np.cos(np.deg2rad(ds.lat)) * xr.ones_like(ds.lon)
+    weighted = context.np.place_sensors(model, grid, grid, 1, weights=area,
+                                        acquisition="mean_variance", progress=False)  # fmt: skip
+    xr.Dataset({"area": area}).to_netcdf(tmp_path / "region.nc")
+    args = ["place", "gp-sphere", str(tmp_path / "obs.nc"), str(tmp_path / "grid.nc"),
+            "--region", str(tmp_path / "region.nc"), "--acquisition", "mean_variance",
+            "-n", "1", "--quiet", "--out"]  # fmt: skip
+    status = main([*args, str(tmp_path / "weighted.nc"), "--weights", "area"])
+    assert status == 0, capsys.readouterr().err
+    written = xr.open_dataset(tmp_path / "weighted.nc")
+    np.testing.assert_allclose(written.acquisition, weighted.acquisition, rtol=1e-5)
+    assert main([*args, str(tmp_path / "bad.nc"), "--weights", "elevation"]) != 0
+    assert "not a data variable of the region file" in capsys.readouterr().err

@@ -73,6 +73,7 @@ class _NPAccessor:
         *,
         acquisition: str = "mean_std",
         truth: Any = None,
+        weights: xr.DataArray | None = None,
         batch_size: int = 64,
         lazy: bool = False,
         progress: bool = True,
@@ -85,7 +86,8 @@ class _NPAccessor:
 
         return place_sensors(
             model, self._obj, candidates, region, n_sites, acquisition=acquisition,
-            truth=truth, batch_size=batch_size, lazy=lazy, progress=progress,
+            truth=truth, weights=weights, batch_size=batch_size, lazy=lazy,
+            progress=progress,
         )  # fmt: skip
 
     def evaluate(

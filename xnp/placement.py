@@ -101,6 +101,7 @@ def place_sensors(
     *,
     acquisition: str = "mean_std",
     truth: xr.Dataset | xr.DataArray | None = None,
+    weights: xr.DataArray | None = None,
     batch_size: int = 64,
     lazy: bool = False,
     progress: bool = True,
@@ -128,6 +129,11 @@ def place_sensors(
     truth : Dataset or DataArray, optional
         The true field at the candidates and the region (same coordinates), for
         the oracle acquisitions.
+    weights : DataArray, optional
+        How much each region point counts in the region acquisitions (finite, at
+        least 0, not all 0; on the region's coordinates, e.g. ``cos(lat)`` for area,
+        or the error a map of the current network made in the past): the means over
+        the region become weighted means.  None: every point counts the same.
     batch_size : int
         Candidates tried per conditioning pass.
     lazy : bool
@@ -160,6 +166,11 @@ def place_sensors(
             "lazy=False."
         )
     oracle = acquisition.startswith("oracle")
+    if weights is not None and acquisition == "std":
+        raise ConfigError(
+            "weights= weighs the region acquisitions; acquisition='std' scores the "
+            "candidate alone. Use 'mean_std' or 'mean_variance', or drop weights."
+        )
     if oracle and truth is None:
         raise ConfigError(f"acquisition={acquisition!r} scores against the truth; pass truth=.")
     model = check_model(resolve_model(model) if isinstance(model, str | os.PathLike) else model)
@@ -185,6 +196,7 @@ def place_sensors(
     truth_c = truth_r = None
     if oracle:
         truth_c, truth_r = (_truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
+    share = _shares(weights, region_ps, model)
     scale = prior_std(model)  # normalised std → the variables' units
     true_fill = None  # the oracles add each site with its true value (normalised)
     if truth_c is not None:
@@ -208,12 +220,12 @@ def place_sensors(
                 before = float(score.max())
         else:
             if step == 0 or lazy:  # the score without a new site (lazy: every step's)
-                now = _score_region(ctx, state, reg, acquisition, truth_r, scale, batch=1)[0]
+                now = _score_region(ctx, state, reg, acquisition, (truth_r, share), scale, 1)[0]
                 before = now if step == 0 else before
 
             def attempt(which, grown=grown, fill=fill):
-                return _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r,
-                                       scale, which, batch_size)  # fmt: skip
+                return _try_candidates(ctx, grown, cand, fill, reg, acquisition,
+                                       (truth_r, share), scale, which, batch_size)  # fmt: skip
 
             if lazy and step > 0:
                 score = _lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
@@ -295,36 +307,74 @@ def _truth_at(truth: Any, ps: PointSet, model: Any) -> np.ndarray:
     missing = [v for v in model.variables if v not in truth.data_vars]
     if missing:
         raise ConfigError(f"truth holds no {missing}; it needs the model's variables.")
-    tp = to_points(truth, list(model.variables), **coord_names(model, truth))
+    return _values_at(truth, list(model.variables), ps, model, "truth")
+
+
+def _values_at(data: xr.Dataset, names: list[str], ps: PointSet, model: Any, what: str):
+    """``data``'s variables ``names`` ``[N, len(names)]`` at the points ``ps`` (same places)."""
+    tp = to_points(data, names, **coord_names(model, data))
     dist, nearest = cKDTree(unit_vectors(tp.s)).query(unit_vectors(ps.s))
     if np.any(dist > 1e-6):
         raise ConfigError(
-            "truth does not cover every candidate and region point; give it on "
+            f"{what} does not cover every candidate and region point; give it on "
             "the same coordinates."
         )
     return tp.f[nearest]
 
 
-def _score_region(ctx, state, reg, acquisition, truth_r, scale, batch) -> np.ndarray:
-    """Scores ``[batch]`` of the region predicted against a conditioned ``state``."""
+def _shares(weights: Any, region: PointSet, model: Any) -> np.ndarray | None:
+    """Each region point's share ``[R]`` of the region acquisitions (summing to 1), or None."""
+    if weights is None:
+        return None
+    if not isinstance(weights, xr.DataArray):
+        raise ConfigError(
+            "weights must be a DataArray on the region's coordinates; got "
+            f"{type(weights).__name__}."
+        )
+    # a missing weight is marked -1 (read as points, NaN would look like a missing point)
+    marked = weights.fillna(-1.0).to_dataset(name="_weight")
+    w = _values_at(marked, ["_weight"], region, model, "weights")
+    w = w[:, 0].astype(np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise ConfigError(
+            "weights must be finite (not NaN) and at least 0 at every region point, and not "
+            "all 0; "
+            "fill gaps (e.g. weights.fillna(0)) or drop those points from the region."
+        )
+    return w / w.sum()
+
+
+def _score_region(ctx, state, reg, acquisition, known, scale, batch) -> np.ndarray:
+    """Scores ``[batch]`` of the region predicted against a conditioned ``state``.
+
+    ``known`` is ``(truth at the region or None, the region's shares or None)``.
+    """
     tiled = Points.from_arrays(
         **{k: np.repeat(reg[k][None], batch, 0) for k in ("s", "t", "x")},
         dim_y=len(scale),
     )
     mean, std = ctx.predictor.predict_state(state, tiled)
-    return _score(ctx, mean, std, acquisition, truth_r, scale)
+    return _score(ctx, mean, std, acquisition, known, scale)
 
 
-def _score(ctx, mean, std, acquisition, truth_r, scale) -> np.ndarray:
+def _region_mean(x: np.ndarray, share: np.ndarray | None) -> np.ndarray:
+    """The mean of ``x`` ``[B, R, Dy]`` over the region (weighted by ``share``) and variables."""
+    if share is None:
+        return x.mean(axis=(1, 2))
+    return np.einsum("brd,r->bd", x, share).mean(-1)
+
+
+def _score(ctx, mean, std, acquisition, known, scale) -> np.ndarray:
+    truth_r, share = known
     if acquisition == "mean_std":
-        return (std * scale).mean(axis=(1, 2))
+        return _region_mean(std * scale, share)
     if acquisition == "mean_variance":
-        return ((std * scale) ** 2).mean(axis=(1, 2))
+        return _region_mean((std * scale) ** 2, share)
     mean, std = ctx.model.denormalise(mean, std)
     err = mean - truth_r[None]
     if acquisition == "oracle_rmse":
-        return np.sqrt((err**2).mean(axis=(1, 2)))
-    return (0.5 * np.log(2 * np.pi * std**2) + 0.5 * (err / std) ** 2).mean(axis=(1, 2))
+        return np.sqrt(_region_mean(err**2, share))
+    return _region_mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * (err / std) ** 2, share)
 
 
 def _lazily(attempt, which: np.ndarray, gains: np.ndarray, now: float, batch_size: int):
@@ -346,7 +396,7 @@ def _lazily(attempt, which: np.ndarray, gains: np.ndarray, now: float, batch_siz
     return score
 
 
-def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, which, batch_size):
+def _try_candidates(ctx, grown, cand, fill, reg, acquisition, known, scale, which, batch_size):
     """Each candidate in ``which`` added to the context in turn: its score (NaN elsewhere)."""
     score = np.full(len(cand["s"]), np.nan)
     for start in range(0, which.size, batch_size):
@@ -366,5 +416,5 @@ def _try_candidates(ctx, grown, cand, fill, reg, acquisition, truth_r, scale, wh
             for k in ("s", "t", "x", "f")
         }
         state = ctx.predictor.condition(Points.from_arrays(**batch))
-        score[part[:real]] = _score_region(ctx, state, reg, acquisition, truth_r, scale, b)[:real]
+        score[part[:real]] = _score_region(ctx, state, reg, acquisition, known, scale, b)[:real]
     return score

@@ -70,6 +70,10 @@ def add_place(subs: Any) -> None:
         help="what a site should lower: the mean predictive std over the region, the mean "
         "variance, or (std) go where the std is largest (default: %(default)s)",
     )
+    p.add_argument("--weights", metavar="NAME",
+                   help="a data variable of the region file (or of CANDIDATES without "
+                   "--region): how much each point counts in the region's mean, e.g. its "
+                   "area (default: every point the same)")  # fmt: skip
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N",
                    help="candidates tried per pass (default: %(default)s)")  # fmt: skip
     p.add_argument("--lazy", action="store_true",

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 
 from xnp.cli.checks import zero_shot_context
+from xnp.errors import ConfigError
 from xnp.storage import check_not_input, check_output, open_data, output_format, write_dataset
 
 __all__ = ["run_place"]
@@ -34,9 +35,19 @@ def run_place(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     region = candidates
     if args.region:
         region = files.enter_context(open_data(args.region, what="region"))
+    weights = None
+    if args.weights:
+        if args.weights not in region.data_vars:
+            names = ", ".join(map(repr, map(str, region.data_vars))) or "none"
+            raise ConfigError(
+                f"--weights {args.weights!r} is not a data variable of the region file "
+                f"(it holds {names}); name one of them, or drop --weights."
+            )
+        weights = region[args.weights]
+        region = region.drop_vars(args.weights)
     result = place_sensors(
         model, context, candidates, region, args.n_sites, acquisition=args.acquisition,
-        batch_size=args.batch_size, lazy=args.lazy, progress=args.progress,
+        weights=weights, batch_size=args.batch_size, lazy=args.lazy, progress=args.progress,
     )  # fmt: skip
     print(f"before: {args.acquisition} {float(result.acquisition_before):.4g}")
     for step in result.step.values:
