@@ -71,6 +71,23 @@ def station_task(era5, cells: np.ndarray, index: int):
     return frame, frame.assign(t2m=frame.t2m.where(mask)), frame.t2m.notnull() & ~mask
 
 
+def setup():
+    """ERA5, the zero-shot model, the station cells, the other cells and every cell's lat/lon."""
+    era5 = stations.open_era5()
+    cells = stations.station_cells(era5)
+    n = era5.sizes["latitude"] * era5.sizes["longitude"]
+    lat2d, lon2d = np.meshgrid(era5.latitude.values, era5.longitude.values, indexing="ij")
+    s = np.stack([lat2d.ravel(), lon2d.ravel()], -1)
+    return era5, xnp.pretrained("gp-sphere"), cells, np.setdiff1d(np.arange(n), cells), s
+
+
+def sites_of(result, s: np.ndarray) -> list[int]:
+    """The flat grid cells (rows of ``s``, lat/lon) of a placement's sites, in order."""
+    flat_of = {(round(a, 4), round(b, 4)): i for i, (a, b) in enumerate(s)}
+    sites = zip(result.site_lat.values, result.site_lon.values, strict=True)
+    return [flat_of[(round(float(a), 4), round(float(b), 4))] for a, b in sites]
+
+
 def oracle_rmse(model, era5, frame: int, cells: np.ndarray) -> float:
     """RMSE over the grid of the prediction from the true values at ``cells``."""
     data = era5.isel(time=frame)
@@ -91,13 +108,8 @@ def main() -> None:
     n_sites, n_frames = (3, 2) if args.quick else (args.sites, args.frames)
     counts = [c for c in (5, 10, 20) if c <= n_sites] or [n_sites]
     warnings.simplefilter("ignore")
-    era5 = stations.open_era5()
-    model = xnp.pretrained("gp-sphere")
-    cells = stations.station_cells(era5)
-    n = era5.sizes["latitude"] * era5.sizes["longitude"]
-    candidates = np.setdiff1d(np.arange(n), cells)
-    lat2d, lon2d = np.meshgrid(era5.latitude.values, era5.longitude.values, indexing="ij")
-    s = np.stack([lat2d.ravel(), lon2d.ravel()], -1)
+    era5, model, cells, candidates, s = setup()
+    n = s.shape[0]
     first = 18 * 24
     frames = np.arange(first, 21 * 24, 6)[:n_frames]
     frame, context, allowed = station_task(era5, cells, first)
@@ -112,11 +124,9 @@ def main() -> None:
     lazy_step = (time.perf_counter() - t0) / n_sites
     tried = lazy.tried.values
     print(f"lazy greedy: {lazy_step:.1f} s per step, tried {tried.tolist()}", flush=True)
-    flat_of = {(round(a, 4), round(b, 4)): i for i, (a, b) in enumerate(s)}
 
     def cells_of(result):
-        sites = zip(result.site_lat.values, result.site_lon.values, strict=True)
-        return [flat_of[(round(float(a), 4), round(float(b), 4))] for a, b in sites]
+        return sites_of(result, s)
 
     t0 = time.perf_counter()
     by_variance = place_sensors(model, context, allowed, grid, n_sites, lazy=True,

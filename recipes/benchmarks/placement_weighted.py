@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import stations
-from placement_era5 import oracle_rmse, space_filling, station_task
+from placement_era5 import oracle_rmse, setup, sites_of, space_filling, station_task
 
 import xnp
 from xnp.placement import place_sensors
@@ -58,19 +57,12 @@ def main() -> None:
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    era5 = stations.open_era5()
-    model = xnp.pretrained("gp-sphere")
-    cells = stations.station_cells(era5)
-    n = era5.sizes["latitude"] * era5.sizes["longitude"]
-    candidates = np.setdiff1d(np.arange(n), cells)
-    lat2d, lon2d = np.meshgrid(era5.latitude.values, era5.longitude.values, indexing="ij")
-    s = np.stack([lat2d.ravel(), lon2d.ravel()], -1)
+    era5, model, cells, candidates, s = setup()
     first, days = (16 * 24, 2) if args.split == "validation" else (18 * 24, 3)
     frames = np.arange(first, first + days * 24, 6)
     weights = past_weights(model, era5, cells, np.arange(0, first, 6))
     _, context, allowed = station_task(era5, cells, first)
     grid = era5.isel(time=first).drop_vars("t2m")
-    flat_of = {(round(a, 4), round(b, 4)): i for i, (a, b) in enumerate(s)}
     designs = {}
     variants = {"lazy greedy (model variance)": {},
                 "lazy greedy (weighted by past errors)": {"weights": weights}}  # fmt: skip
@@ -79,8 +71,7 @@ def main() -> None:
         out = place_sensors(model, context, allowed, grid, max(COUNTS), lazy=True,
                             acquisition="mean_variance", progress=False, **extra)  # fmt: skip
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
-        sites = zip(out.site_lat.values, out.site_lon.values, strict=True)
-        designs[name] = [flat_of[(round(float(a), 4), round(float(b), 4))] for a, b in sites]
+        designs[name] = sites_of(out, s)
     designs["space-filling (maximin distance)"] = space_filling(cells, candidates, s, max(COUNTS))
     print(f"\n{args.split}: oracle RMSE (K) over {frames.size} frames\n")
     print("| design | " + " | ".join(f"{c} sites" for c in COUNTS) + " |")
