@@ -196,11 +196,18 @@ def _add_fit(subs: Any) -> None:
     )
     p.add_argument(
         "--baseline",
-        choices=("none", "persistence", "persistence+diurnal", "autoregressive"),
+        choices=(
+            "none",
+            "persistence",
+            "persistence+diurnal",
+            "autoregressive",
+            "autoregressive+spatial",
+        ),
         help="forecast tasks: predict the change from the last observation (persistence), "
         "plus the training days' mean change for the place and hour (persistence+diurnal), "
         "or plus a regression on that change and the changes since the earlier frames "
-        "(autoregressive) (default: autoregressive for sub-daily steps, else "
+        "(autoregressive), and on their neighbourhood means (autoregressive+spatial) "
+        "(default: autoregressive for sub-daily steps, else "
         "persistence; none: the field itself)",
     )
     p.add_argument(

@@ -11,7 +11,10 @@ model's):
   training times (:class:`ForecastBaseline`, stored with the model);
 * ``"autoregressive"``: persistence plus a regression of the change on the
   changes since the earlier context frames and the mean diurnal change, fitted per
-  lead and initialisation hour on the training times (:mod:`xnp.data.lagged`).
+  lead and initialisation hour on the training times (:mod:`xnp.data.lagged`);
+* ``"autoregressive+spatial"``: the same regression with what the neighbours know
+  as well: the lagged changes averaged over the neighbourhood at two scales and the
+  place's anomaly from its surroundings (:mod:`xnp.data.neighbours`).
 
 The rules, where a baseline cannot be formed exactly:
 
@@ -57,7 +60,8 @@ import xarray as xr
 from scipy.spatial import cKDTree
 
 from xnp.data.coords import Layout, latlon
-from xnp.data.lagged import features, fit_coefficients, nearest_in_frame
+from xnp.data.lagged import features, fit_coefficients, n_spatial, nearest_in_frame
+from xnp.data.neighbours import scales_km, smooth
 from xnp.data.tasks import BASELINES, check_baseline
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError
@@ -121,7 +125,7 @@ class ForecastBaseline:
 
     Attributes
     ----------
-    kind : {"persistence", "persistence+diurnal", "autoregressive"}
+    kind : {"persistence", "persistence+diurnal", "autoregressive", "autoregressive+spatial"}
         The baseline.
     variables : tuple of str
         The variables, in the order of the last axis of ``change``.
@@ -137,9 +141,13 @@ class ForecastBaseline:
     lags : ndarray ``[K]``
         Hours of the earlier context frames relative to the last (negative) whose
         changes the autoregressive baseline regresses on.
-    coef : ndarray ``[L, H, K + 2, Dy]``
-        The autoregressive coefficients (intercept, one per lag, diurnal change);
-        empty for the other kinds.
+    coef : ndarray ``[L, H, F, Dy]``
+        The autoregressive coefficients (intercept, one per lag, diurnal change, and
+        for the spatial kind the neighbourhood's: ``F = K + 2 + 2K + 1``); empty for
+        the other kinds.
+    neighbourhood : tuple of float or None
+        The kernel scales (km) of the spatial kind: the smoothings', then the
+        anomaly's (:func:`xnp.data.neighbours.scales_km`); None for the others.
     scale : ndarray ``[Dy]`` or None
         The RMS error of the baseline over the training times, in the variables'
         units: the model predicts the change divided by it, so that its outputs
@@ -156,6 +164,7 @@ class ForecastBaseline:
     scale: np.ndarray | None = None
     lags: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     coef: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
+    neighbourhood: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         check_baseline(self.kind)
@@ -196,12 +205,17 @@ class ForecastBaseline:
     @property
     def diurnal(self) -> bool:
         """Whether the baseline adds a diurnal climatology to persistence."""
-        return self.kind in ("persistence+diurnal", "autoregressive")
+        return self.kind != "persistence"
 
     @property
     def regressive(self) -> bool:
         """Whether the baseline regresses on the changes since earlier frames."""
-        return self.kind == "autoregressive"
+        return self.kind.startswith("autoregressive")
+
+    @property
+    def spatial(self) -> bool:
+        """Whether the regression also reads the neighbourhood (:mod:`xnp.data.neighbours`)."""
+        return self.kind == "autoregressive+spatial"
 
     @classmethod
     def fit(
@@ -226,7 +240,7 @@ class ForecastBaseline:
         """
         check_baseline(kind)
         variables = tuple(variables)
-        diurnal = kind in ("persistence+diurnal", "autoregressive")
+        diurnal = kind != "persistence"
         if layout.time_dim is None:
             raise ConfigError("a forecast baseline needs data with a time dimension.")
         dims = (layout.time_dim, *layout.point_dims)
@@ -289,15 +303,17 @@ class ForecastBaseline:
         change = _fill(change)
         lags = np.asarray(sorted(float(x) for x in lags), np.float64)
         coef = np.zeros((0, 0, 0, 0))
-        if kind == "autoregressive":
+        scales = scales_km(sites[keep]) if kind == "autoregressive+spatial" else None
+        if kind.startswith("autoregressive"):
             if (lags >= 0).any():
                 raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
             coef, sq, n = fit_coefficients(arrays, hours[:end], sites[keep], leads, lags,
-                                           hour_list, change, fraction=fraction)  # fmt: skip
+                                           hour_list, change, fraction=fraction,
+                                           scales=scales)  # fmt: skip
             scale = np.where(n > 0, np.sqrt(sq / np.maximum(n, 1)), scale)
         return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
                    sites[keep], change.astype(np.float32), scale, lags,
-                   coef.astype(np.float32))  # fmt: skip
+                   coef.astype(np.float32), scales)  # fmt: skip
 
     def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
@@ -333,8 +349,44 @@ class ForecastBaseline:
         lagged = [nearest_in_frame(s, t, f, targets, time=latest + lag) for lag in self.lags]
         by_lead = _interpolate(self.coef, self.leads, float(lead), circular=False)
         coef = _interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
-        x = features(last, lagged, np.asarray(change, np.float64))  # [M, Dy, F]
+        extra = self._neighbourhood(context, targets, last, latest) if self.spatial else []
+        x = features(last, lagged, np.asarray(change, np.float64), extra)  # [M, Dy, F]
         return last + np.einsum("mdf,fd->md", x, coef.astype(np.float64))
+
+    def _neighbourhood(self, context, targets, last, latest) -> list[np.ndarray]:
+        """The neighbourhood regressors ``[M, Dy]`` of the spatial kind, from the context.
+
+        As :func:`xnp.data.lagged.spatial_at_sites` forms them at the training places:
+        each frame's lagged change at its observations (their value less the last
+        frame's nearest), kernel-averaged at the targets; and the targets' last value
+        less the last frame's kernel average.
+        """
+        s, t, f = (np.asarray(a, np.float64) for a in context)
+        last_at_points = persistence(s, t - latest, f, s)  # the last frame's nearest, [N, Dy]
+        frames = [np.abs(t - (latest + lag)) < 1.0 / 60.0 for lag in self.lags]
+        newest = np.abs(t - latest) < 1.0 / 60.0
+        # frames observed at the same places (gridded data) are averaged in one pass
+        groups: list[tuple[np.ndarray, list[int]]] = []
+        for j, in_frame in enumerate(frames):
+            same = [g for g in groups if np.array_equal(s[g[0]], s[in_frame])]
+            if same:
+                same[0][1].append(j)
+            else:
+                groups.append((in_frame, [j]))
+        by_frame: dict[tuple[float, int], np.ndarray] = {}
+        for sigma in self.neighbourhood[:-1]:
+            for where, members in groups:
+                change = np.concatenate(
+                    [f[frames[j]] - last_at_points[frames[j]] for j in members], 1
+                )
+                out = smooth(s[where], targets, sigma, change, np.isfinite(change))
+                for i, j in enumerate(members):
+                    by_frame[sigma, j] = out[:, i * f.shape[1] : (i + 1) * f.shape[1]]
+        smoothed = [by_frame[sigma, j] for sigma in self.neighbourhood[:-1]
+                    for j in range(len(frames))]  # fmt: skip
+        now = f[newest]
+        anomaly = smooth(s[newest], targets, self.neighbourhood[-1], now, np.isfinite(now))
+        return [*smoothed, last - anomaly]
 
     # -- saving -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -346,6 +398,7 @@ class ForecastBaseline:
             "hours": [float(x) for x in self.hours],
             "scale": None if self.scale is None else [float(x) for x in self.scale],
             "lags": [float(x) for x in self.lags],
+            "neighbourhood_km": None if self.neighbourhood is None else list(self.neighbourhood),
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -376,7 +429,13 @@ class ForecastBaseline:
             sites = np.asarray(arrays["sites"], np.float64)
             change = np.asarray(arrays["change"], np.float32)
             lags = np.asarray(blob.get("lags", []), np.float64)
-            coef = np.asarray(arrays["coef"], np.float32) if kind == "autoregressive" else None
+            regressive = kind.startswith("autoregressive")
+            coef = np.asarray(arrays["coef"], np.float32) if regressive else None
+            scales = blob.get("neighbourhood_km")
+            if kind == "autoregressive+spatial":
+                scales = tuple(float(x) for x in scales)
+                if len(scales) < 2 or not all(x > 0 for x in scales):
+                    raise ValueError(f"neighbourhood_km {scales!r} are not two or more scales > 0")
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise CheckpointError(f"the model's forecast baseline is malformed: {err!r}.") from err
         expected = (leads.size, hours.size, len(sites), len(variables))
@@ -387,13 +446,16 @@ class ForecastBaseline:
             )
         if coef is None:
             return cls(kind, variables, leads, hours, sites, change, scale)
-        want = (leads.size, hours.size, lags.size + 2, len(variables))
+        spatial = kind == "autoregressive+spatial"
+        n_coef = lags.size + 2 + (n_spatial(lags.size, scales) if spatial else 0)
+        want = (leads.size, hours.size, n_coef, len(variables))
         if coef.shape != want or not np.isfinite(coef).all():
             raise CheckpointError(
                 f"the model's autoregressive coefficients have shape {coef.shape} (expected "
                 f"{want}, finite): the baseline file does not match its record."
             )
-        return cls(kind, variables, leads, hours, sites, change, scale, lags, coef)
+        scales = scales if spatial else None
+        return cls(kind, variables, leads, hours, sites, change, scale, lags, coef, scales)
 
 
 def _fill(change: np.ndarray) -> np.ndarray:

@@ -30,10 +30,19 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.spatial import cKDTree
 
+from xnp.data.neighbours import smooth
 from xnp.data.times import match_hours
 from xnp.geo.sphere import unit_vectors
 
-__all__ = ["MAX_INITS", "features", "fit_coefficients", "nearest_in_frame", "persisting"]
+__all__ = [
+    "MAX_INITS",
+    "features",
+    "fit_coefficients",
+    "n_spatial",
+    "nearest_in_frame",
+    "persisting",
+    "spatial_at_sites",
+]
 
 #: Most initialisation times per lead the regression is fitted on (evenly thinned beyond).
 MAX_INITS = 2048
@@ -62,19 +71,60 @@ def nearest_in_frame(
     return out
 
 
-def features(last: np.ndarray, lagged: Sequence[np.ndarray], change: np.ndarray) -> np.ndarray:
+def features(
+    last: np.ndarray,
+    lagged: Sequence[np.ndarray],
+    change: np.ndarray,
+    extra: Sequence[np.ndarray] = (),
+) -> np.ndarray:
     """The regressors ``[..., F]``: 1, each lagged change ``v_-k - v_0``, the diurnal change.
 
-    A lagged value that is missing (NaN) counts as no change at that lag.
+    A lagged value that is missing (NaN) counts as no change at that lag.  ``extra``
+    regressors (the neighbourhood's, :mod:`xnp.data.neighbours`) follow.
     """
     lags = [np.where(np.isfinite(v), v - last, 0.0) for v in lagged]
-    return np.stack([np.ones_like(last), *lags, change], axis=-1)
+    return np.stack([np.ones_like(last), *lags, change, *extra], axis=-1)
 
 
-def persisting(n_lags: int, n_vars: int) -> np.ndarray:
+def n_spatial(n_lags: int, scales: Sequence[float]) -> int:
+    """How many neighbourhood regressors ``"autoregressive+spatial"`` adds for ``n_lags``.
+
+    ``scales`` are the kernel scales (:func:`xnp.data.neighbours.scales_km`): the
+    smoothings', then the anomaly's.
+    """
+    return (len(scales) - 1) * n_lags + 1
+
+
+def spatial_at_sites(
+    sites: np.ndarray,
+    scales: Sequence[float],
+    last: np.ndarray,
+    raw: Sequence[np.ndarray],
+    seen: Sequence[np.ndarray],
+) -> list[np.ndarray]:
+    """The neighbourhood regressors ``[n, S]`` at every training place.
+
+    ``last`` is the filled last frame ``[n, S]``; ``raw`` and ``seen`` hold each
+    context frame's values and observed masks ``[n, S]``, the earlier frames in the
+    order of the lags and the last frame at the end; ``scales`` the kernel scales
+    (the smoothings', then the anomaly's).
+    """
+    n, k = len(last), len(raw) - 1
+    changes = np.concatenate([(frame - last).T for frame in raw[:-1]], 1)  # [S, k n]
+    ok = np.concatenate([m.T for m in seen[:-1]], 1)
+    out = []
+    for sigma in scales[:-1]:
+        smoothed = smooth(sites, sites, sigma, changes, ok)
+        out += [smoothed[:, j * n : (j + 1) * n].T for j in range(k)]
+    anomaly = smooth(sites, sites, scales[-1], raw[-1].T, seen[-1].T).T
+    out.append(last - anomaly)
+    return out
+
+
+def persisting(n_lags: int, n_vars: int, n_extra: int = 0) -> np.ndarray:
     """Coefficients ``[F, Dy]`` of persistence plus the diurnal change (the fallback)."""
-    coef = np.zeros((n_lags + 2, n_vars))
-    coef[-1] = 1.0
+    coef = np.zeros((n_lags + 2 + n_extra, n_vars))
+    coef[n_lags + 1] = 1.0
     return coef
 
 
@@ -100,6 +150,7 @@ def fit_coefficients(
     *,
     fraction: float = 1.0,
     seed: int = 0,
+    scales: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Least-squares coefficients per lead and initialisation hour.
 
@@ -120,17 +171,23 @@ def fit_coefficients(
         The diurnal climatology (the last regressor).
     fraction : float
         Share of each frame's observations the tasks keep (simulated with ``seed``).
+    scales : sequence of float, optional
+        Kernel scales (km): adds the neighbourhood regressors of
+        ``"autoregressive+spatial"`` (:mod:`xnp.data.neighbours`), averaged over the
+        observations each frame keeps.
 
     Returns
     -------
     coef : ndarray ``[L, H, F, Dy]``
-        With ``F = len(lags) + 2``; hours with too few rows persist (:func:`persisting`).
+        With ``F = len(lags) + 2`` (plus :func:`n_spatial` with ``scales``); hours
+        with too few rows persist (:func:`persisting`).
     squares, counts : ndarray ``[Dy]``
         Sum of squared residuals and the number of rows, per variable.
     """
     arrays = [np.asarray(a) for a in arrays]  # (a dask-backed variable: read once)
     n_lags, n_vars = len(lags), len(arrays)
-    n_coef = n_lags + 2
+    n_extra = 0 if scales is None else n_spatial(n_lags, scales)
+    n_coef = n_lags + 2 + n_extra
     hod = np.round(np.mod(hours, 24.0)).astype(np.int64) % 24
     xyz = unit_vectors(np.asarray(sites, np.float64))
     rng = np.random.default_rng(seed)
@@ -144,6 +201,12 @@ def fit_coefficients(
         if i not in cache[c]:
             cache[c][i] = _filled(np.asarray(arrays[c][i], np.float64), xyz, masks[i])
         return cache[c][i]
+
+    def observed(c: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+        frame(c, i)  # draws the time's thinning
+        x = np.asarray(arrays[c][i], np.float64)
+        ok = np.isfinite(x) if masks[i] is None else np.isfinite(x) & masks[i]
+        return x, ok
 
     coef = np.empty((len(leads), hour_list.size, n_coef, n_vars))
     squares, counts = np.zeros(n_vars), np.zeros(n_vars)
@@ -159,12 +222,20 @@ def fit_coefficients(
         for b, h in enumerate(hour_list):
             at = inits[hod[inits] == h]
             for c in range(n_vars):
-                coef[a, b, :, c] = persisting(n_lags, 1)[:, 0]
+                coef[a, b, :, c] = persisting(n_lags, 1, n_extra)[:, 0]
                 if at.size == 0:
                     continue
                 last = np.stack([frame(c, i) for i in at])  # [n, S]
                 lagged = [np.stack([frame(c, idx[i]) for i in at]) for idx in lagged_at]
-                x = features(last, lagged, np.broadcast_to(change[a, b, :, c], last.shape))
+                extra = []
+                if scales is not None:
+                    frames = [[observed(c, idx[i]) for i in at] for idx in lagged_at]
+                    frames.append([observed(c, i) for i in at])
+                    raw = [np.stack([x for x, _ in f]) for f in frames]
+                    seen = [np.stack([ok for _, ok in f]) for f in frames]
+                    extra = spatial_at_sites(sites, scales, last, raw, seen)
+                diurnal = np.broadcast_to(change[a, b, :, c], last.shape)
+                x = features(last, lagged, diurnal, extra)
                 y = np.asarray(arrays[c][ahead[at]], np.float64) - last
                 rows = np.isfinite(y) & np.isfinite(x).all(-1)
                 if rows.sum() < MIN_ROWS_PER_COEF * n_coef:

@@ -44,7 +44,7 @@ DEFAULT_MAX_POINTS = 1024
 
 _KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 #: Forecast baselines (:mod:`xnp.data.baseline`, which holds their rules).
-BASELINES = ("persistence", "persistence+diurnal", "autoregressive")
+BASELINES = ("persistence", "persistence+diurnal", "autoregressive", "autoregressive+spatial")
 
 
 def check_baseline(baseline: Any) -> None:
@@ -186,14 +186,17 @@ class ForecastTasks:
         Fraction of each context frame's points kept (1 keeps all; more than 0).
     max_context, max_targets : int
         Caps on the points per task (random subsets beyond them).
-    baseline : {None, "persistence", "persistence+diurnal", "autoregressive"}
-        What the model predicts the change from (:mod:`xnp.data.baseline`): the
-        last observed value nearest each target; optionally plus the mean change
+    baseline : str, optional
+        One of :data:`BASELINES`, or None.  What the model predicts the change
+        from (:mod:`xnp.data.baseline`): the last observed value nearest each
+        target; optionally plus the mean change
         over the lead at the target's place and the initialisation's hour of day,
         learned from the training times and stored with the model; or plus a
         regression of the change on that mean change and on the changes since the
-        earlier context frames (``"autoregressive"``, fitted per lead and hour).
-        None: the model predicts the field itself.
+        earlier context frames (``"autoregressive"``, fitted per lead and hour), and
+        also on those changes averaged over the neighbourhood
+        (``"autoregressive+spatial"``, :mod:`xnp.data.neighbours`).  None: the
+        model predicts the field itself.
 
     Examples
     --------

@@ -1,0 +1,165 @@
+"""The spatial autoregressive forecast baseline (issue 27): the regression of the change
+also reads the lagged changes averaged over the neighbourhood and the local anomaly."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.spatial import cKDTree
+from test_autoregressive_baseline import drifting_grid
+from test_forecast_baseline import diurnal_grid, zero_change
+
+import xnp
+from xnp.data import neighbours
+from xnp.data.baseline import ForecastBaseline
+from xnp.data.coords import find_coords
+from xnp.data.lagged import features, n_spatial, spatial_at_sites
+from xnp.data.neighbours import MAX_WEIGHTS, scales_km, smooth, spacing_km
+from xnp.data.tasks import ForecastTasks
+from xnp.errors import CheckpointError, ConfigError
+from xnp.geo.distance import EARTH_RADIUS_KM
+from xnp.geo.sphere import unit_vectors
+
+LAGS = [-12.0, -6.0]
+
+
+def advected_grid(nt=120, ny=5, nx=8, seed=0):
+    """A diurnal cycle plus weather moving east, one cell every 6 h: the change at a cell
+    is what its western neighbourhood did earlier."""
+    rng = np.random.default_rng(seed)
+    ds = diurnal_grid(nt=nt, ny=ny, nx=nx, seed=seed)
+    wave = np.cumsum(rng.normal(size=nx + nt // 6 + 2))  # a random walk along longitude
+    hour = np.arange(nt)
+    shift = hour / 6.0
+    x = np.arange(nx)[None, :] - shift[:, None] + nt // 6 + 1
+    weather = np.interp(x, np.arange(wave.size), wave)  # [nt, nx]
+    return ds.assign(t2m=ds.t2m + weather[:, None, :])
+
+
+def cells(ds):
+    return np.stack(np.meshgrid(ds.lat, ds.lon, indexing="ij"), -1).reshape(-1, 2)
+
+
+def test_kernel_averages_match_a_loop_over_great_circle_distances(monkeypatch):
+    rng = np.random.default_rng(1)
+    sources = np.stack([rng.uniform(50, 52, 40), rng.uniform(-2, 1, 40)], -1)
+    targets = np.stack([rng.uniform(50, 52, 6), rng.uniform(-2, 1, 6)], -1)
+    values = rng.normal(size=(40, 2))
+    seen = rng.random((40, 2)) < 0.7
+    got = smooth(sources, targets, 30.0, values, seen)
+    lat1, lon1 = np.deg2rad(targets[:, None, 0]), np.deg2rad(targets[:, None, 1])
+    lat2, lon2 = np.deg2rad(sources[None, :, 0]), np.deg2rad(sources[None, :, 1])
+    a = (
+        np.sin((lat2 - lat1) / 2) ** 2
+        + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
+    )
+    km = 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(a))  # great circle
+    km = 2 * EARTH_RADIUS_KM * np.sin(km / EARTH_RADIUS_KM / 2)  # its chord
+    w = np.where(km < 90.0, np.exp(-0.5 * (km / 30.0) ** 2), 0.0)
+    for j in range(2):
+        wj = w * seen[None, :, j]
+        want = (wj @ values[:, j]) / wj.sum(1)
+        np.testing.assert_allclose(got[:, j], np.where(wj.sum(1) > 0, want, 0.0), rtol=1e-9)
+    monkeypatch.setattr(neighbours, "MAX_WEIGHTS", 50)  # chunks of one target
+    assert MAX_WEIGHTS > 50
+    np.testing.assert_allclose(smooth(sources, targets, 30.0, values, seen), got, rtol=1e-10)
+    far = smooth(sources, np.array([[10.0, 10.0]]), 30.0, values, seen)
+    np.testing.assert_array_equal(far, [[0.0, 0.0]])  # no neighbour: no information
+    assert spacing_km(np.array([[0.0, 0.0], [0.0, 1.0], [0.0, 3.0]])) == pytest.approx(
+        111.195, rel=1e-3
+    )
+    with pytest.raises(ConfigError, match="two places"):
+        spacing_km(np.array([[0.0, 0.0]]))
+
+
+def test_the_neighbourhood_explains_weather_that_moves():
+    ds = advected_grid()
+    layout = find_coords(ds, "t2m")
+    kw = {"end": 96, "lags": LAGS}
+    own = ForecastBaseline.fit("autoregressive", ds, layout, ["t2m"], [6.0], **kw)
+    spatial = ForecastBaseline.fit("autoregressive+spatial", ds, layout, ["t2m"], [6.0], **kw)
+    n_coef = len(LAGS) + 2 + n_spatial(len(LAGS), spatial.neighbourhood)
+    assert spatial.coef.shape == (1, 24, n_coef, 1)
+    assert spatial.neighbourhood == scales_km(cells(ds))
+    assert spatial.scale[0] < 0.9 * own.scale[0]
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_the_forecast_forms_the_regressors_as_the_fit_does(fraction):
+    """The prediction path (from context points) against the training path (on the places)."""
+    ds = advected_grid()
+    base = ForecastBaseline.fit("autoregressive+spatial", ds, find_coords(ds, "t2m"), ["t2m"],
+                                [6.0], end=96, lags=LAGS, fraction=fraction)  # fmt: skip
+    s, x = cells(ds), ds.t2m.values.reshape(ds.sizes["time"], -1).astype(np.float64)
+    rng = np.random.default_rng(3)
+    t0 = 100  # hour 4
+    frames = [t0 - 12, t0 - 6, t0]
+    seen = [rng.random(len(s)) < fraction if fraction < 1 else np.ones(len(s), bool)
+            for _ in frames]  # fmt: skip
+    seen[-1][0] = True
+    pairs = list(zip(frames, seen, strict=True))
+    context = (np.concatenate([s[m] for m in seen]),
+               np.concatenate([np.full(m.sum(), f - t0, float) for f, m in pairs]),
+               np.concatenate([x[f][m] for f, m in pairs])[:, None])  # fmt: skip
+    got = base.at(context, s, reference=float(t0), lead=6.0)[:, 0]
+    # the training path: frames on the places, NaN where not observed, filled by nearest
+    raw = [np.where(m, x[f], np.nan)[None] for f, m in pairs]
+    filled = []
+    for r, m in zip(raw, seen, strict=True):
+        nearest = cKDTree(unit_vectors(s[m])).query(unit_vectors(s))[1]
+        filled.append(r[0][m][nearest][None])
+    last = filled[-1]
+    extra = spatial_at_sites(s, base.neighbourhood, last, raw, [m[None] for m in seen])
+    b = list(base.hours).index(4)
+    x_all = features(last, filled[:-1], base.change[0, b, :, 0][None].astype(np.float64), extra)
+    want = last[0] + x_all[0] @ base.coef[0, b, :, 0].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return drifting_grid(nt=96)
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return data.isel(time=slice(0, 80)).np.fit(
+            "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2, validation=None,
+            tasks=ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive+spatial"),
+        )  # fmt: skip
+
+
+def test_a_model_of_no_change_forecasts_the_spatial_regression(data, fitted, tmp_path):
+    assert fitted.baseline.kind == "autoregressive+spatial"
+    assert fitted.baseline.spatial
+    model = zero_change(fitted)
+    t0 = data.time.values[86]
+    out = model.predict(data, time=t0)
+    s = cells(data)
+    frames = [data.t2m.sel(time=t0 - np.timedelta64(h, "h")).values.ravel() for h in (6, 3, 0)]
+    context = (np.concatenate([s] * 3), np.repeat([-6.0, -3.0, 0.0], len(s)),
+               np.concatenate(frames)[:, None])  # fmt: skip
+    reference = float(t0.astype("datetime64[h]").astype(np.int64))
+    want = model.baseline.at(context, s, reference=reference, lead=6.0)[:, 0]
+    np.testing.assert_allclose(out.t2m_mean.values.ravel(), want, atol=2e-4)
+    lazy = model.predict(data, time=t0, chunks={"lat": 2})
+    np.testing.assert_allclose(lazy.t2m_mean.values, out.t2m_mean.values, atol=1e-4)
+    loaded = xnp.load(fitted.save(tmp_path / "m"))
+    assert loaded.baseline.kind == "autoregressive+spatial"
+    assert loaded.baseline.neighbourhood == fitted.baseline.neighbourhood
+    np.testing.assert_array_equal(loaded.baseline.coef, fitted.baseline.coef)
+    again = loaded.predict(data, time=t0)
+    np.testing.assert_array_equal(again.t2m_mean.values, fitted.predict(data, time=t0).t2m_mean)
+
+
+def test_a_malformed_spatial_baseline_is_refused(fitted):
+    blob, arrays = fitted.baseline.to_json(), dict(fitted.baseline.arrays())
+    with pytest.raises(CheckpointError, match="neighbourhood_km"):
+        ForecastBaseline.from_saved({**blob, "neighbourhood_km": [100.0]}, arrays)
+    with pytest.raises(CheckpointError, match="malformed"):
+        ForecastBaseline.from_saved({**blob, "neighbourhood_km": None}, arrays)
+    arrays["coef"] = arrays["coef"][..., :4, :]  # the own regressors only
+    with pytest.raises(CheckpointError, match="coefficients"):
+        ForecastBaseline.from_saved(blob, arrays)
