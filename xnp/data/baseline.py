@@ -61,7 +61,7 @@ from scipy.spatial import cKDTree
 
 from xnp.data.coords import Layout, latlon
 from xnp.data.lagged import features, fit_coefficients, n_spatial, nearest_in_frame
-from xnp.data.neighbours import scales_km, smooth
+from xnp.data.neighbours import at_targets, scales_km
 from xnp.data.tasks import BASELINES, check_baseline
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError
@@ -349,44 +349,13 @@ class ForecastBaseline:
         lagged = [nearest_in_frame(s, t, f, targets, time=latest + lag) for lag in self.lags]
         by_lead = _interpolate(self.coef, self.leads, float(lead), circular=False)
         coef = _interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
-        extra = self._neighbourhood(context, targets, last, latest) if self.spatial else []
+        extra = []
+        if self.spatial:  # the last frame's nearest at each context point, as in the fit
+            before = persistence(s, np.asarray(t, np.float64) - latest, f, s)
+            extra = at_targets(context, targets, last=last, before=before, latest=latest,
+                               lags=self.lags, scales=self.neighbourhood)  # fmt: skip
         x = features(last, lagged, np.asarray(change, np.float64), extra)  # [M, Dy, F]
         return last + np.einsum("mdf,fd->md", x, coef.astype(np.float64))
-
-    def _neighbourhood(self, context, targets, last, latest) -> list[np.ndarray]:
-        """The neighbourhood regressors ``[M, Dy]`` of the spatial kind, from the context.
-
-        As :func:`xnp.data.lagged.spatial_at_sites` forms them at the training places:
-        each frame's lagged change at its observations (their value less the last
-        frame's nearest), kernel-averaged at the targets; and the targets' last value
-        less the last frame's kernel average.
-        """
-        s, t, f = (np.asarray(a, np.float64) for a in context)
-        last_at_points = persistence(s, t - latest, f, s)  # the last frame's nearest, [N, Dy]
-        frames = [np.abs(t - (latest + lag)) < 1.0 / 60.0 for lag in self.lags]
-        newest = np.abs(t - latest) < 1.0 / 60.0
-        # frames observed at the same places (gridded data) are averaged in one pass
-        groups: list[tuple[np.ndarray, list[int]]] = []
-        for j, in_frame in enumerate(frames):
-            same = [g for g in groups if np.array_equal(s[g[0]], s[in_frame])]
-            if same:
-                same[0][1].append(j)
-            else:
-                groups.append((in_frame, [j]))
-        by_frame: dict[tuple[float, int], np.ndarray] = {}
-        for sigma in self.neighbourhood[:-1]:
-            for where, members in groups:
-                change = np.concatenate(
-                    [f[frames[j]] - last_at_points[frames[j]] for j in members], 1
-                )
-                out = smooth(s[where], targets, sigma, change, np.isfinite(change))
-                for i, j in enumerate(members):
-                    by_frame[sigma, j] = out[:, i * f.shape[1] : (i + 1) * f.shape[1]]
-        smoothed = [by_frame[sigma, j] for sigma in self.neighbourhood[:-1]
-                    for j in range(len(frames))]  # fmt: skip
-        now = f[newest]
-        anomaly = smooth(s[newest], targets, self.neighbourhood[-1], now, np.isfinite(now))
-        return [*smoothed, last - anomaly]
 
     # -- saving -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -44,6 +44,8 @@ array([[1.168]])
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.spatial import cKDTree
 
@@ -57,6 +59,7 @@ __all__ = [
     "MAX_WEIGHTS",
     "MIN_SPACINGS",
     "SMOOTHING_KM",
+    "at_targets",
     "scales_km",
     "smooth",
     "spacing_km",
@@ -132,6 +135,52 @@ def smooth(
     total, weight = np.split(out, 2, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), 0.0)
+
+
+def at_targets(
+    context: tuple[np.ndarray, np.ndarray, np.ndarray],
+    targets: np.ndarray,
+    *,
+    last: np.ndarray,
+    before: np.ndarray,
+    latest: float,
+    lags: Sequence[float],
+    scales: Sequence[float],
+) -> list[np.ndarray]:
+    """The neighbourhood regressors ``[M, Dy]`` at ``targets``, from context points.
+
+    ``context`` is ``(s, t, f)`` of the context points; ``last`` ``[M, Dy]`` the
+    persisted value at the targets and ``before`` ``[N, Dy]`` at the context points
+    (the last frame's nearest observation); ``latest`` the time of the last frame,
+    ``lags`` those of the earlier ones relative to it, ``scales`` the kernel scales.
+    As :func:`xnp.data.lagged.spatial_at_sites` forms them at the training places:
+    each earlier frame's change at its observations, kernel-averaged at the targets
+    at each smoothing scale; then the targets' last value less the last frame's
+    kernel average.
+    """
+    s, t, f = (np.asarray(a, np.float64) for a in context)
+    frames = [np.abs(t - (latest + lag)) < 1.0 / 60.0 for lag in lags]
+    newest = np.abs(t - latest) < 1.0 / 60.0
+    # frames observed at the same places (gridded data) are averaged in one pass
+    groups: list[tuple[np.ndarray, list[int]]] = []
+    for j, in_frame in enumerate(frames):
+        same = [g for g in groups if np.array_equal(s[g[0]], s[in_frame])]
+        if same:
+            same[0][1].append(j)
+        else:
+            groups.append((in_frame, [j]))
+    dy = f.shape[1]
+    by_frame: dict[tuple[float, int], np.ndarray] = {}
+    for sigma in scales[:-1]:
+        for where, members in groups:
+            change = np.concatenate([f[frames[j]] - before[frames[j]] for j in members], 1)
+            out = smooth(s[where], targets, sigma, change, np.isfinite(change))
+            for i, j in enumerate(members):
+                by_frame[sigma, j] = out[:, i * dy : (i + 1) * dy]
+    smoothed = [by_frame[sigma, j] for sigma in scales[:-1] for j in range(len(frames))]
+    now = f[newest]
+    anomaly = smooth(s[newest], targets, scales[-1], now, np.isfinite(now))
+    return [*smoothed, last - anomaly]
 
 
 def _km(chord: np.ndarray) -> np.ndarray:
