@@ -30,8 +30,8 @@ it, 717 steps: 0.944 / 0.540), against 0.998 / 0.564 K for the same network and
 budget on the change from the per-cell autoregression (fitted in the same session;
 1.030 / 0.579 in the benchmark's own validation run).  It led to the library's
 ``baseline="autoregressive+spatial"`` (:mod:`xnp.data.neighbours`), which forms
-its neighbourhoods on points (kernel averages, not grid filters) at scales chosen
-on these validation days: its regression alone has an RMSE of 1.110 K here.
+its neighbourhoods on points (kernel averages, not grid filters); its scales were
+chosen on these validation days by the network's forecasts (xnp.data.neighbours).
 """
 
 from __future__ import annotations
