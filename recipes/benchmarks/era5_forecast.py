@@ -479,15 +479,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="steps per model (200; 20 with --quick)")
     parser.add_argument("--retrain", action="store_true", help="refit the cached models")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
-    parser.add_argument("--variants", nargs="+", metavar="BASELINE",
-                        choices=("none", BASELINE, REGRESSION, SPATIAL),
-                        help="only the xnp variants of these baselines (then nothing is "
-                        "written to the docs)")  # fmt: skip
+    names = {f"{b or 'none'}:{k}": (b, k) for b, k in VARIANTS}
+    parser.add_argument("--variants", nargs="+", metavar="BASELINE:MODEL", choices=list(names),
+                        help="only these xnp variants, e.g. autoregressive:bsa-tnp (then "
+                        "nothing is written to the docs)")  # fmt: skip
     args = parser.parse_args()
     variants = VARIANTS
     if args.variants:
-        wanted = {None if v == "none" else v for v in args.variants}
-        variants = tuple(v for v in VARIANTS if v[0] in wanted)
+        variants = tuple(names[v] for v in args.variants)
         args.no_write = True
     steps = args.steps or (20 if args.quick else 200)
     cache = CACHE / ("quick" if args.quick else "models")
