@@ -484,9 +484,9 @@ def main() -> None:
                         help="only these xnp variants, e.g. autoregressive:bsa-tnp (then "
                         "nothing is written to the docs)")  # fmt: skip
     args = parser.parse_args()
-    variants = VARIANTS
+    xnp_variants = VARIANTS
     if args.variants:
-        variants = tuple(names[v] for v in args.variants)
+        xnp_variants = tuple(names[v] for v in args.variants)
         args.no_write = True
     steps = args.steps or (20 if args.quick else 200)
     cache = CACHE / ("quick" if args.quick else "models")
@@ -508,7 +508,7 @@ def main() -> None:
         test_context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
         entries = {}
         budget = (1.0 if args.quick else BUDGET_MIN[case]) * 60.0
-        for baseline, kind in variants:
+        for baseline, kind in xnp_variants:
             if baseline is None:
                 model, fitted_now = fitted_model(era5, case, steps, args.retrain, cache)
             else:
