@@ -112,20 +112,23 @@ def data():
     return drifting_grid(nt=96)
 
 
-@pytest.fixture(scope="module")
-def fitted(data):
+@pytest.fixture(scope="module", params=["autoregressive", "autoregressive+spatial"])
+def fitted(data, request):
+    """A forecast model of each regressive kind, per-cell and spatial."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return data.isel(time=slice(0, 80)).np.fit(
             "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2, validation=None,
-            tasks=ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive"),
+            tasks=ForecastTasks(frames=3, step=3, lead=6, baseline=request.param),
         )  # fmt: skip
 
 
 def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     data, fitted, tmp_path
 ):
-    assert fitted.baseline.kind == "autoregressive"
+    kind = fitted.task.baseline
+    assert fitted.baseline.kind == kind
+    assert fitted.baseline.spatial == (kind == "autoregressive+spatial")
     assert fitted.baseline.lags.tolist() == [-6.0, -3.0]
     model = zero_change(fitted)
     t0 = data.time.values[86]
@@ -140,7 +143,8 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     lazy = model.predict(data, time=t0, chunks={"lat": 2})
     np.testing.assert_allclose(lazy.t2m_mean.values, out.t2m_mean.values, atol=1e-4)
     loaded = xnp.load(fitted.save(tmp_path / "m"))
-    assert loaded.baseline.kind == "autoregressive"
+    assert loaded.baseline.kind == kind
+    assert loaded.baseline.neighbourhood == fitted.baseline.neighbourhood
     np.testing.assert_array_equal(loaded.baseline.coef, fitted.baseline.coef)
     np.testing.assert_array_equal(loaded.baseline.lags, fitted.baseline.lags)
     again = loaded.predict(data, time=t0)
@@ -149,6 +153,14 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
 
 def test_malformed_coefficients_are_refused(fitted):
     blob, arrays = fitted.baseline.to_json(), dict(fitted.baseline.arrays())
+    if fitted.baseline.spatial:
+        with pytest.raises(CheckpointError, match="neighbourhood_km"):
+            ForecastBaseline.from_saved({**blob, "neighbourhood_km": [100.0]}, arrays)
+        with pytest.raises(CheckpointError, match="malformed"):
+            ForecastBaseline.from_saved({**blob, "neighbourhood_km": None}, arrays)
+        own = dict(arrays, coef=arrays["coef"][..., :4, :])  # the own regressors only
+        with pytest.raises(CheckpointError, match="coefficients"):
+            ForecastBaseline.from_saved(blob, own)
     arrays["coef"] = arrays["coef"][..., :1, :]
     with pytest.raises(CheckpointError, match="coefficients"):
         ForecastBaseline.from_saved(blob, arrays)

@@ -1,22 +1,20 @@
 """The spatial autoregressive forecast baseline (issue 27): the regression of the change
-also reads the lagged changes averaged over the neighbourhood and the local anomaly."""
+also reads the lagged changes averaged over the neighbourhood and the local anomaly.
 
-import warnings
+A fitted model of this kind (no-change forecasts eager, lazy and saved; malformed
+records) is tested with the autoregressive kind's, in test_autoregressive_baseline.py."""
 
 import numpy as np
 import pytest
 from scipy.spatial import cKDTree
-from test_autoregressive_baseline import drifting_grid
-from test_forecast_baseline import diurnal_grid, zero_change
+from test_forecast_baseline import diurnal_grid
 
-import xnp
 from xnp.data import neighbours
 from xnp.data.baseline import ForecastBaseline
 from xnp.data.coords import find_coords
 from xnp.data.lagged import features, n_spatial, spatial_at_sites
 from xnp.data.neighbours import MAX_WEIGHTS, scales_km, smooth, spacing_km
-from xnp.data.tasks import ForecastTasks
-from xnp.errors import CheckpointError, ConfigError
+from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM
 from xnp.geo.sphere import unit_vectors
 
@@ -114,52 +112,3 @@ def test_the_forecast_forms_the_regressors_as_the_fit_does(fraction):
     x_all = features(last, filled[:-1], base.change[0, b, :, 0][None].astype(np.float64), extra)
     want = last[0] + x_all[0] @ base.coef[0, b, :, 0].astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
-
-
-@pytest.fixture(scope="module")
-def data():
-    return drifting_grid(nt=96)
-
-
-@pytest.fixture(scope="module")
-def fitted(data):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return data.isel(time=slice(0, 80)).np.fit(
-            "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2, validation=None,
-            tasks=ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive+spatial"),
-        )  # fmt: skip
-
-
-def test_a_model_of_no_change_forecasts_the_spatial_regression(data, fitted, tmp_path):
-    assert fitted.baseline.kind == "autoregressive+spatial"
-    assert fitted.baseline.spatial
-    model = zero_change(fitted)
-    t0 = data.time.values[86]
-    out = model.predict(data, time=t0)
-    s = cells(data)
-    frames = [data.t2m.sel(time=t0 - np.timedelta64(h, "h")).values.ravel() for h in (6, 3, 0)]
-    context = (np.concatenate([s] * 3), np.repeat([-6.0, -3.0, 0.0], len(s)),
-               np.concatenate(frames)[:, None])  # fmt: skip
-    reference = float(t0.astype("datetime64[h]").astype(np.int64))
-    want = model.baseline.at(context, s, reference=reference, lead=6.0)[:, 0]
-    np.testing.assert_allclose(out.t2m_mean.values.ravel(), want, atol=2e-4)
-    lazy = model.predict(data, time=t0, chunks={"lat": 2})
-    np.testing.assert_allclose(lazy.t2m_mean.values, out.t2m_mean.values, atol=1e-4)
-    loaded = xnp.load(fitted.save(tmp_path / "m"))
-    assert loaded.baseline.kind == "autoregressive+spatial"
-    assert loaded.baseline.neighbourhood == fitted.baseline.neighbourhood
-    np.testing.assert_array_equal(loaded.baseline.coef, fitted.baseline.coef)
-    again = loaded.predict(data, time=t0)
-    np.testing.assert_array_equal(again.t2m_mean.values, fitted.predict(data, time=t0).t2m_mean)
-
-
-def test_a_malformed_spatial_baseline_is_refused(fitted):
-    blob, arrays = fitted.baseline.to_json(), dict(fitted.baseline.arrays())
-    with pytest.raises(CheckpointError, match="neighbourhood_km"):
-        ForecastBaseline.from_saved({**blob, "neighbourhood_km": [100.0]}, arrays)
-    with pytest.raises(CheckpointError, match="malformed"):
-        ForecastBaseline.from_saved({**blob, "neighbourhood_km": None}, arrays)
-    arrays["coef"] = arrays["coef"][..., :4, :]  # the own regressors only
-    with pytest.raises(CheckpointError, match="coefficients"):
-        ForecastBaseline.from_saved(blob, arrays)
