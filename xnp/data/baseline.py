@@ -351,7 +351,7 @@ class ForecastBaseline:
         coef = _interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
         extra = []
         if self.spatial:  # the last frame's nearest at each context point, as in the fit
-            before = persistence(s, np.asarray(t, np.float64) - latest, f, s)
+            before = persistence(s, t, f, s)
             extra = at_targets(context, targets, last=last, before=before, latest=latest,
                                lags=self.lags, scales=self.neighbourhood)  # fmt: skip
         x = features(last, lagged, np.asarray(change, np.float64), extra)  # [M, Dy, F]

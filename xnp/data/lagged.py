@@ -168,7 +168,7 @@ def fit_coefficients(
     hour_list : ndarray ``[H]``
         The initialisation hours of day the coefficients are kept for.
     change : ndarray ``[L, H, S, Dy]``
-        The diurnal climatology (the last regressor).
+        The diurnal climatology (the regressor after the lags).
     fraction : float
         Share of each frame's observations the tasks keep (simulated with ``seed``).
     scales : sequence of float, optional
