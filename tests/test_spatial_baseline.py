@@ -71,6 +71,20 @@ def test_kernel_averages_match_a_loop_over_great_circle_distances(monkeypatch):
         spacing_km(np.array([[0.0, 0.0]]))
 
 
+def test_a_thinned_context_widens_the_neighbourhoods():
+    # a quarter of the places kept: the kept observations are about twice as far apart
+    sites = np.stack(np.meshgrid(np.arange(50.0, 52.0, 0.25), np.arange(-2.0, 1.0, 0.25),
+                                 indexing="ij"), -1).reshape(-1, 2)  # fmt: skip
+    np.testing.assert_allclose(scales_km(sites, 0.25), 2.0 * np.array(scales_km(sites)))
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="fraction"):
+            scales_km(sites, bad)
+    ds = advected_grid()
+    thin = ForecastBaseline.fit("autoregressive+spatial", ds, find_coords(ds, "t2m"), ["t2m"],
+                                [6.0], end=96, lags=LAGS, fraction=0.25)  # fmt: skip
+    np.testing.assert_allclose(thin.neighbourhood, scales_km(cells(ds), 0.25))
+
+
 def test_the_neighbourhood_explains_weather_that_moves():
     ds = advected_grid()
     layout = find_coords(ds, "t2m")

@@ -61,6 +61,7 @@ import xnp
 from xnp.api.sizes import swin_grid_for
 from xnp.baselines import Persistence
 from xnp.data import ForecastTasks
+from xnp.data.neighbours import scales_km
 from xnp.models.config import BSATNPConfig
 from xnp.models.swin_config import SwinTNPConfig
 from xnp.nn.layers import count_params
@@ -201,7 +202,10 @@ def fitted_model(
             and run["train_config"].get("ema", 0.0) == ema
             and run["train_config"]["weight_decay"] == weight_decay
             and run.get("seed", 0) == seed
-        )
+            and (baseline != SPATIAL or np.allclose(
+                model.baseline.neighbourhood, scales_km(np.stack(np.meshgrid(
+                    era5.latitude, era5.longitude, indexing="ij"), -1).reshape(-1, 2), fraction)))
+        )  # fmt: skip
         if same:
             return model, False
         print(f"the cached {case} model was fitted with other settings: refitting")
@@ -612,7 +616,13 @@ def main() -> None:
         "the 6-h change on the changes since the three earlier context frames and the mean "
         "diurnal change, fitted per initialisation hour on the training days (with "
         "simulated 10 % masks in the 10 % case), i.e. the autoregressive baseline below, "
-        "built into the model. All fitted with `ForecastTasks(frames=4, step=6, "
+        "built into the model; (6) the BSA-TNP of (4) predicting the change from "
+        f"`baseline='{SPATIAL}'`: the same regression reading what the neighbours know as "
+        "well (each earlier frame's change averaged over the target's neighbourhood at two "
+        "scales, and the target's anomaly from its surroundings), Gaussian kernels of 1.5, "
+        "4 and 3 times the spacing of the kept observations (24 / 65 / 49 km at 100 %, "
+        "77 / 207 / 155 km at 10 %), chosen on the validation days (`xnp.data.neighbours`), "
+        "with (4)'s weight decay. All fitted with `ForecastTasks(frames=4, step=6, "
         "lead=6, context_fraction=0.1 or 1)` on days 1–16 and validated on forecasts valid "
         "on days 17–18, keeping the best validated weights (fit times include the "
         f"validation passes). In training the BSA-TNPs see a random {cap:,} of the "

@@ -303,7 +303,7 @@ class ForecastBaseline:
         change = _fill(change)
         lags = np.asarray(sorted(float(x) for x in lags), np.float64)
         coef = np.zeros((0, 0, 0, 0))
-        scales = scales_km(sites[keep]) if kind == "autoregressive+spatial" else None
+        scales = scales_km(sites[keep], fraction) if kind == "autoregressive+spatial" else None
         if kind.startswith("autoregressive"):
             if (lags >= 0).any():
                 raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
