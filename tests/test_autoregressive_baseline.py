@@ -107,6 +107,17 @@ def test_lags_must_be_earlier_frames():
                              lags=[6.0])  # fmt: skip
 
 
+def baseline_on_grid(model, data, t0):
+    """A forecast model's baseline 6 h after ``t0`` on every cell of ``data``, formed by
+    hand from its frames 6, 3 and 0 h before ``t0`` (flattened, lat-major)."""
+    s = np.stack(np.meshgrid(data.lat, data.lon, indexing="ij"), -1).reshape(-1, 2)
+    frames = [data.t2m.sel(time=t0 - np.timedelta64(h, "h")).values.ravel() for h in (6, 3, 0)]
+    context = (np.concatenate([s] * 3), np.repeat([-6.0, -3.0, 0.0], len(s)),
+               np.concatenate(frames)[:, None])  # fmt: skip
+    reference = float(t0.astype("datetime64[h]").astype(np.int64))
+    return model.baseline.at(context, s, reference=reference, lead=6.0)[:, 0]
+
+
 @pytest.fixture(scope="module")
 def data():
     return drifting_grid(nt=96)
@@ -133,12 +144,7 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     model = zero_change(fitted)
     t0 = data.time.values[86]
     out = model.predict(data, time=t0)
-    s = np.stack(np.meshgrid(data.lat, data.lon, indexing="ij"), -1).reshape(-1, 2)
-    frames = [data.t2m.sel(time=t0 - np.timedelta64(h, "h")).values.ravel() for h in (6, 3, 0)]
-    context = (np.concatenate([s] * 3), np.repeat([-6.0, -3.0, 0.0], len(s)),
-               np.concatenate(frames)[:, None])  # fmt: skip
-    reference = float(t0.astype("datetime64[h]").astype(np.int64))
-    want = model.baseline.at(context, s, reference=reference, lead=6.0)[:, 0]
+    want = baseline_on_grid(model, data, t0)
     np.testing.assert_allclose(out.t2m_mean.values.ravel(), want, atol=2e-4)
     lazy = model.predict(data, time=t0, chunks={"lat": 2})
     np.testing.assert_allclose(lazy.t2m_mean.values, out.t2m_mean.values, atol=1e-4)

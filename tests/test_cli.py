@@ -252,6 +252,8 @@ def test_clear_errors_without_traceback(capsys, files, fitted, tmp_path):
     fails(2, "frobnicate", match="invalid choice")
     fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--baseline",
           "persistence", match="add --tasks forecast")  # fmt: skip
+    fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--baseline-input",
+          match="add --tasks forecast")  # fmt: skip
     fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--tasks", "forecast",
           "--time-budget", "soon", match="duration")  # fmt: skip
     fails(2, "fit", files / "data.nc", "field", "--out", tmp_path / "m", "--tasks", "forecast",
@@ -274,11 +276,13 @@ def test_fit_a_forecast_of_changes_for_several_leads(capsys, tmp_path):
     data.to_netcdf(tmp_path / "series.nc")
     status, _, err = run(capsys, "fit", tmp_path / "series.nc", "field", "--out", tmp_path / "m",
                          "--model", "bsa-tnp-tiny", "--tasks", "forecast", "--lead", "12,6",
-                         "--baseline", "autoregressive", "--steps", "2", "--batch-size",
-                         "3", "--validation", "0", "--ema", "0.9", "--no-progress",
-                         "--quiet")  # fmt: skip
+                         "--baseline", "autoregressive", "--baseline-input", "--steps", "2",
+                         "--batch-size", "3", "--validation", "0", "--ema", "0.9",
+                         "--no-progress", "--quiet")  # fmt: skip
     assert status == 0, err
     model = xnp.load(tmp_path / "m")
+    assert model.task.baseline_input
+    assert model.config.dim_x == 1
     assert model.training["train_config"]["ema"] == 0.9
     assert model.task.leads == (6.0, 12.0)
     assert model.baseline.kind == "autoregressive"

@@ -342,6 +342,8 @@ def fit(
 
     temporal = isinstance(inner_task(task), ForecastTasks)
     dim_x = len(covariate_channels(covariates)) + (n_sources if n_sources > 1 else 0)
+    if temporal and inner_task(task).baseline_input:  # the baseline forecast, per variable
+        dim_x += len(variables)
     start = None
     if base is not None:
         lat, lon = latlon(data, layout)

@@ -81,7 +81,8 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
     max_points = args.max_points or DEFAULT_MAX_POINTS
     tasks = (SpatialTasks(max_context=max_points, max_targets=max_points)
              if args.tasks == "spatial" else None)  # fmt: skip
-    if args.tasks != "spatial" or args.lead is not None or args.baseline is not None:
+    forecast_options = (args.lead is not None, args.baseline is not None, args.baseline_input)
+    if args.tasks != "spatial" or any(forecast_options):
         tasks = forecast_tasks(args, data, variables[0], validation)
     from xnp.api.fit import fit  # (here: a wrong --out is refused without loading JAX)
 
@@ -107,18 +108,21 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
 
 
 def forecast_tasks(args: argparse.Namespace, data: Any, variable: str, validation: Any) -> Any:
-    """The tasks of ``--tasks auto|forecast`` with ``--lead`` and ``--baseline`` applied.
+    """The tasks of ``--tasks auto|forecast`` with the forecast options applied.
 
-    ``--tasks auto`` on data without a regular time axis gives spatial tasks, unless a
-    forecast option asks for forecasts; ``--lead``/``--baseline`` with ``--tasks
-    spatial`` is a usage error.
+    ``--lead``, ``--baseline`` and ``--baseline-input`` set the lead, the baseline and
+    whether the network sees it.  ``--tasks auto`` on data without a regular time axis
+    gives spatial tasks, unless a forecast option asks for forecasts; a forecast option
+    with ``--tasks spatial`` is a usage error.
     """
     import dataclasses
 
     from xnp.api.sizes import default_tasks
     from xnp.data.tasks import ForecastTasks
 
-    asked = [o for o, v in (("--lead", args.lead), ("--baseline", args.baseline)) if v is not None]
+    given = (("--lead", args.lead), ("--baseline", args.baseline),
+             ("--baseline-input", getattr(args, "baseline_input", False) or None))  # fmt: skip
+    asked = [o for o, v in given if v is not None]
     if args.tasks == "spatial":
         raise UsageError(
             f"{' and '.join(asked)} set forecast tasks; add --tasks forecast (or leave "
@@ -136,4 +140,7 @@ def forecast_tasks(args: argparse.Namespace, data: Any, variable: str, validatio
         )
     baseline = tasks.baseline if args.baseline is None else args.baseline
     baseline = None if baseline == "none" else baseline
-    return dataclasses.replace(tasks, lead=args.lead or tasks.lead, baseline=baseline)
+    inputs = bool(getattr(args, "baseline_input", False))
+    return dataclasses.replace(
+        tasks, lead=args.lead or tasks.lead, baseline=baseline, baseline_input=inputs
+    )

@@ -211,6 +211,12 @@ def _add_fit(subs: Any) -> None:
         "persistence; none: the field itself)",
     )
     p.add_argument(
+        "--baseline-input",
+        action="store_true",
+        help="forecast tasks: show the network the baseline forecast at every point as an "
+        "input channel (helps with sparse context; costs time per step)",
+    )
+    p.add_argument(
         "--time-budget",
         type=parse_duration,
         metavar="DURATION",

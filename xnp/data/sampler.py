@@ -61,6 +61,12 @@ def _by_context(context: TaskPoints, targets: TaskPoints) -> tuple[TaskPoints | 
     return scale(context), scale(targets)
 
 
+def _with_channels(points: TaskPoints, values: np.ndarray) -> TaskPoints:
+    """``points`` with ``values`` ``[N, k]`` appended to their covariates."""
+    x = np.concatenate([points.x, values.astype(points.x.dtype)], axis=1)
+    return dataclasses.replace(points, x=x)
+
+
 def _detrended(
     context: TaskPoints, targets: TaskPoints, trend: str
 ) -> tuple[TaskPoints | None, TaskPoints]:
@@ -309,6 +315,10 @@ class TaskSampler:
     def _cap(self, n: int) -> int:
         return n if self.buckets is None else min(n, self.buckets[-1])
 
+    def _normalised(self, values: np.ndarray) -> np.ndarray:
+        """Raw values ``[N, Dy]`` of the variables, normalised as the model sees the field."""
+        return np.asarray(self.normaliser.transform(values, self.variables), np.float32)
+
     def _task_points(self, points: PointSet, reference: float, source: Source) -> TaskPoints:
         t = points.time - reference if points.has_time else np.zeros(len(points))
         return TaskPoints(
@@ -408,6 +418,11 @@ class TaskSampler:
                 target_points, f=change.astype(target_points.f.dtype)
             )
         context_points = TaskPoints.concat(parts)
+        if base is not None and spec.baseline_input:  # the baseline at every point, as input
+            at_context = self.baseline.at(observed, context_points.s, reference=reference,
+                                          lead=lead)  # fmt: skip
+            context_points = _with_channels(context_points, self._normalised(at_context))
+            target_points = _with_channels(target_points, self._normalised(base))
         if self.trend is not None:  # the residuals of the context's trend, as at prediction
             context_points, target_points = _detrended(context_points, target_points, self.trend)
             if context_points is None:

@@ -197,6 +197,13 @@ class ForecastTasks:
         also on those changes averaged over the neighbourhood
         (``"autoregressive+spatial"``, :mod:`xnp.data.neighbours`).  None: the
         model predicts the field itself.
+    baseline_input : bool
+        Show the network the baseline: every context and target point gets one
+        more input channel per variable, the baseline forecast at its place
+        (normalised as the field).  Without it the network sees only the context's
+        values and must rebuild from them what the baseline persisted (the nearest
+        observation, far from a target when the context is sparse) before it can
+        correct it.  Needs a ``baseline``.
 
     Examples
     --------
@@ -213,6 +220,7 @@ class ForecastTasks:
     max_context: int = 8192
     max_targets: int = 4096
     baseline: str | None = None
+    baseline_input: bool = False
 
     def __post_init__(self) -> None:
         check_count(frames=self.frames)
@@ -225,6 +233,16 @@ class ForecastTasks:
         values = tuple(sorted({float(v) for v in leads}))
         object.__setattr__(self, "lead", values if len(values) > 1 else values[0])
         check_baseline(self.baseline)
+        if not isinstance(self.baseline_input, bool | np.bool_):
+            raise ConfigError(
+                f"ForecastTasks.baseline_input must be True or False; got {self.baseline_input!r}."
+            )
+        if self.baseline_input and self.baseline is None:
+            raise ConfigError(
+                "ForecastTasks(baseline_input=True) shows the network the baseline, but no "
+                "baseline is set; give baseline= (e.g. 'autoregressive') or drop baseline_input."
+            )
+        object.__setattr__(self, "baseline_input", bool(self.baseline_input))
         fraction = self.context_fraction
         real = isinstance(fraction, numbers.Real) and not isinstance(fraction, bool)
         if not real or not 0.0 < fraction <= 1.0:

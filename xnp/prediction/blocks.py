@@ -72,6 +72,8 @@ class Payload:
         out = np.full((int(np.prod(shape)), 2 * len(self.model.variables)), np.nan, np.float32)
         if len(targets):
             tgt = model_points(targets, self.model, values=False, t=self.t_target)
+            if hasattr(self.offset, "with_inputs"):  # a forecast model may see its baseline
+                tgt = self.offset.with_inputs(tgt, targets.s)
             if self.radius_km is None:
                 mean, std = self.predictor.predict_state(self.state, tgt)
             else:

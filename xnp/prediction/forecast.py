@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from xnp.arrays import Points
 from xnp.data.baseline import ForecastBaseline
 from xnp.data.tasks import ForecastTasks
 from xnp.data.times import match_hours, time_hours
@@ -54,6 +55,10 @@ class BaselineShift:
         The lead time (hours).
     centre, spread : ndarray ``[Dy]``
         The means and standard deviations by which the model's values were normalised.
+    inputs : bool
+        Whether the network sees the baseline at each point as input channels
+        (``ForecastTasks(baseline_input=True)``), inserted before the
+        ``source_channels`` last channels of the points' covariates.
     """
 
     baseline: ForecastBaseline
@@ -62,11 +67,17 @@ class BaselineShift:
     lead: float
     centre: np.ndarray
     spread: np.ndarray
+    inputs: bool = False
+    source_channels: int = 0
+    #: the last places asked for and their baseline, as one tuple (blocks run in threads)
+    _last: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def add_to(
-        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted changes at ``s`` ``[N, 2]`` (denormalised) → predictions of the field."""
+    def at(self, s: np.ndarray) -> np.ndarray:
+        """The baseline ``[N, Dy]`` at ``s`` ``[N, 2]`` (the last places' kept for reuse)."""
+        s = np.asarray(s)
+        hit = self._last.get("places")
+        if hit is not None and hit[0].shape == s.shape and np.array_equal(hit[0], s):
+            return hit[1]
         base = self.baseline.at(self.observed, s, reference=self.reference, lead=self.lead)
         if base is None:
             raise EmptyDataError(
@@ -74,6 +85,27 @@ class BaselineShift:
                 f"{list(self.baseline.variables)} has no observation in the context frames "
                 "to persist; give observations of every variable."
             )
+        self._last["places"] = (s.copy(), base)
+        return base
+
+    def with_inputs(self, points: Points, s: np.ndarray) -> Points:
+        """``points`` (a batch of one at ``s``) with the baseline as input, if the model takes it.
+
+        The baseline is normalised as the field is.
+        """
+        if not self.inputs:
+            return points
+        values = (np.asarray(self.at(s), np.float64) - self.centre) / self.spread
+        x = np.asarray(points.x, np.float32)
+        cut = x.shape[-1] - self.source_channels
+        x = np.concatenate([x[..., :cut], values[None].astype(np.float32), x[..., cut:]], -1)
+        return points.replace(x=x)
+
+    def add_to(
+        self, s: np.ndarray, mean: np.ndarray, std: np.ndarray, prior_std: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted changes at ``s`` ``[N, 2]`` (denormalised) → predictions of the field."""
+        base = self.at(s)
         ratio = self.baseline.ratio(self.spread)
         out_mean = base + (np.asarray(mean, np.float64) - self.centre) * ratio
         out_std = np.asarray(std, np.float64) * ratio
@@ -176,14 +208,20 @@ def forecast(
         per_lead = []
         for lead in leads:
             tmpl = spatial.assign_coords({layout.time: add_hours(times[i], float(lead))})
-            offset = _baseline_shift(model, ctx, float(hours[i]), float(lead))
-            out = run_targets(ctx, tmpl, opts, t_target=float(lead), offset=offset)
+            offset = _baseline_shift(model, task, ctx, float(hours[i]), float(lead))
+            lead_ctx = ctx
+            if offset is not None and offset.inputs:  # the context sees the lead's baseline
+                points = offset.with_inputs(ctx.points, np.asarray(ctx.points.s)[0])
+                lead_ctx = dataclasses.replace(ctx, points=points, _state=None)
+            out = run_targets(lead_ctx, tmpl, opts, t_target=float(lead), offset=offset)
             per_lead.append(out.drop_vars(layout.time, errors="ignore"))
         results.append(xr.concat(per_lead, dim=lead_index).expand_dims(init_time=[times[i]]))
     return forecast_layout(results, leads, scalar_init=scalar_init, scalar_lead=scalar_lead)
 
 
-def _baseline_shift(model: Any, ctx: Any, reference: float, lead: float) -> BaselineShift | None:
+def _baseline_shift(
+    model: Any, task: ForecastTasks, ctx: Any, reference: float, lead: float
+) -> BaselineShift | None:
     """The baseline of a model that forecasts changes (None for one that does not)."""
     baseline = getattr(model, "baseline", None)
     if baseline is None:
@@ -192,7 +230,10 @@ def _baseline_shift(model: Any, ctx: Any, reference: float, lead: float) -> Base
     stats = [model.normaliser.stats[v] for v in model.variables]
     centre, spread = np.array([s.mean for s in stats]), np.array([s.std for s in stats])
     observed = (obs.s, obs.time - reference, obs.f)
-    return BaselineShift(baseline, observed, reference, lead, centre, spread)
+    n_sources = len(getattr(model, "sources", ()) or ())
+    return BaselineShift(baseline, observed, reference, lead, centre, spread,
+                         inputs=task.baseline_input,
+                         source_channels=n_sources if n_sources > 1 else 0)  # fmt: skip
 
 
 def forecast_layout(

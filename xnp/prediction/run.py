@@ -85,6 +85,8 @@ def run_targets(
         return predictions_to_xarray(tgt_ps, empty, empty, list(model.variables),
                                      attrs=ctx.attrs)  # fmt: skip
     targets = model_points(tgt_ps, model, values=False, t=t_target)
+    if hasattr(offset, "with_inputs"):  # a forecast model may see its baseline
+        targets = offset.with_inputs(targets, tgt_ps.s)
     mean, std = ctx.predict(targets, opts.radius_km)  # float32, as the lazy path
     samples = {}
     if opts.samples is not None:  # joint draws, mapped as the mean is

@@ -1,0 +1,105 @@
+"""ForecastTasks(baseline_input=True): the network sees the baseline forecast at each
+context and target point as an input channel (issue 27)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from test_autoregressive_baseline import baseline_on_grid, drifting_grid
+from test_forecast_baseline import zero_change
+
+import xnp
+from xnp.arrays import Points
+from xnp.data.sampler import TaskSampler
+from xnp.data.tasks import ForecastTasks, task_from_dict, task_to_dict
+from xnp.errors import ConfigError
+from xnp.prediction.forecast import BaselineShift
+
+TASK = ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive", baseline_input=True)
+
+
+def test_the_option_needs_a_baseline_and_a_bool():
+    with pytest.raises(ConfigError, match="no baseline is set"):
+        ForecastTasks(baseline_input=True)
+    with pytest.raises(ConfigError, match="True or False"):
+        ForecastTasks(baseline="persistence", baseline_input="yes")
+    assert task_from_dict(task_to_dict(TASK)) == TASK
+    old = task_to_dict(ForecastTasks(baseline="persistence"))
+    del old["baseline_input"]  # a record written before the option existed
+    assert task_from_dict(old).baseline_input is False
+
+
+@pytest.fixture(scope="module")
+def data():
+    return drifting_grid(nt=96)
+
+
+def test_each_training_point_carries_the_baseline_at_its_place(data):
+    train = data.isel(time=slice(0, 80))
+    sampler = TaskSampler(train, "t2m", TASK, batch_size=1, seed=3, validation_fraction=0.0)
+    task = None
+    rng = np.random.default_rng(0)
+    while task is None:
+        task = sampler._draw(rng)
+    ctx, tgt = task.context, task.target
+    assert ctx.x.shape[1] == tgt.x.shape[1] == 1  # no covariates: the baseline alone
+    raw = sampler.normaliser.inverse(ctx.f, ["t2m"])
+    observed = (ctx.s, ctx.t, raw)  # every point of every frame is kept (fraction 1)
+    lead = TASK.lead
+    for points in (ctx, tgt):
+        base = sampler.baseline.at(observed, points.s, reference=task.reference_time, lead=lead)
+        want = sampler.normaliser.transform(base, ["t2m"])
+        np.testing.assert_allclose(points.x[:, 0], want[:, 0], rtol=1e-5, atol=1e-5)
+    # the context points of the last frame persist themselves: the baseline there is
+    # their own value plus the regression's change, so it differs from the value
+    assert not np.allclose(ctx.x[:, 0], ctx.f[:, 0])
+
+
+def test_inputs_go_before_the_source_channels():
+    s = np.array([[50.0, 0.0], [51.0, 1.0]])
+
+    class Fixed:  # a baseline of known values
+        kind, variables = "persistence", ("t2m",)
+
+        def at(self, observed, where, *, reference, lead):
+            return np.array([[280.0], [290.0]])[: len(where)]
+
+    shift = BaselineShift(Fixed(), (s, np.zeros(2), np.zeros((2, 1))), 0.0, 6.0,
+                          centre=np.array([285.0]), spread=np.array([5.0]), inputs=True,
+                          source_channels=2)  # fmt: skip
+    x = np.array([[[0.5, 1.0, 0.0], [0.7, 0.0, 1.0]]], np.float32)  # a covariate, 2 sources
+    points = Points.from_arrays(s=s[None], x=x, dim_y=1)
+    got = np.asarray(shift.with_inputs(points, s).x)[0]
+    np.testing.assert_allclose(got, [[0.5, -1.0, 1.0, 0.0], [0.7, 1.0, 0.0, 1.0]])
+    off = BaselineShift(Fixed(), shift.observed, 0.0, 6.0, shift.centre, shift.spread)
+    assert off.with_inputs(points, s) is points
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return data.isel(time=slice(0, 80)).np.fit(
+            "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2,
+            validation=None, tasks=TASK,
+        )  # fmt: skip
+
+
+def test_a_fitted_model_takes_the_channel_and_forecasts_alike_eager_lazy_saved(
+    data, fitted, tmp_path
+):
+    assert fitted.config.dim_x == 1
+    assert fitted.task.baseline_input
+    t0 = data.time.values[86]
+    eager = fitted.predict(data, time=t0)
+    lazy = fitted.predict(data, time=t0, chunks={"lat": 2}).compute()
+    np.testing.assert_allclose(lazy.t2m_mean, eager.t2m_mean, atol=1e-4)
+    np.testing.assert_allclose(lazy.t2m_std, eager.t2m_std, atol=1e-5)
+    loaded = xnp.load(fitted.save(tmp_path / "m"))
+    assert loaded.task.baseline_input
+    again = loaded.predict(data, time=t0)
+    np.testing.assert_array_equal(again.t2m_mean.values, eager.t2m_mean.values)
+    # a model of no change forecasts the baseline itself
+    none = zero_change(fitted).predict(data, time=t0)
+    want = baseline_on_grid(fitted, data, t0)
+    np.testing.assert_allclose(none.t2m_mean.values.ravel(), want, atol=2e-4)
