@@ -103,3 +103,21 @@ def test_a_fitted_model_takes_the_channel_and_forecasts_alike_eager_lazy_saved(
     none = zero_change(fitted).predict(data, time=t0)
     want = baseline_on_grid(fitted, data, t0)
     np.testing.assert_allclose(none.t2m_mean.values.ravel(), want, atol=2e-4)
+
+
+def test_each_lead_conditions_on_its_own_baseline(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = data.isel(time=slice(0, 80)).np.fit(
+            "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2,
+            validation=None, tasks=ForecastTasks(frames=3, step=3, lead=(6, 12),
+                                                 baseline="autoregressive", baseline_input=True),
+        )  # fmt: skip
+    t0 = data.time.values[80]
+    both = model.predict(data, time=t0, lead_time=[6, 12])
+    for lead in (6, 12):  # the same as forecasting that lead alone
+        alone = model.predict(data, time=t0, lead_time=lead)
+        np.testing.assert_allclose(
+            both.t2m_mean.sel(lead_time=np.timedelta64(lead, "h")), alone.t2m_mean, atol=1e-5
+        )
+    assert not np.allclose(both.t2m_mean.isel(lead_time=0), both.t2m_mean.isel(lead_time=1))
