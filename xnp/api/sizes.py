@@ -68,7 +68,7 @@ def default_tasks(data: xr.Dataset, variable: str, validation_fraction: float = 
     --------
     >>> from xnp.datasets import gp_sphere
     >>> default_tasks(gp_sphere(n_time=20), "field")
-    ForecastTasks(frames=4, step=6.0, lead=6.0, context_fraction=1.0, max_context=1024, max_targets=1024, baseline='autoregressive')
+    ForecastTasks(frames=4, step=6.0, lead=6.0, context_fraction=1.0, max_context=1024, max_targets=1024, baseline='autoregressive', baseline_input=False)
     >>> default_tasks(gp_sphere(n_time=1).isel(time=0), "field").max_targets
     1024
     """  # noqa: E501
