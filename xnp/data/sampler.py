@@ -315,10 +315,6 @@ class TaskSampler:
     def _cap(self, n: int) -> int:
         return n if self.buckets is None else min(n, self.buckets[-1])
 
-    def _normalised(self, values: np.ndarray) -> np.ndarray:
-        """Raw values ``[N, Dy]`` of the variables, normalised as the model sees the field."""
-        return np.asarray(self.normaliser.transform(values, self.variables), np.float32)
-
     def _task_points(self, points: PointSet, reference: float, source: Source) -> TaskPoints:
         t = points.time - reference if points.has_time else np.zeros(len(points))
         return TaskPoints(
@@ -412,7 +408,8 @@ class TaskSampler:
         target_points = self._task_points(targets.take(np.sort(tgt)), reference, self._target)
         if base is not None:  # the change from the baseline, in its own scale: (f - base) / scale
             field_std = [self.normaliser.stats[v].std for v in self.variables]
-            change = target_points.f - self.normaliser.transform(base, self.variables)
+            base = self.normaliser.transform(base, self.variables)  # normalised as the field
+            change = target_points.f - base
             change = change / self.baseline.ratio(field_std)
             target_points = dataclasses.replace(
                 target_points, f=change.astype(target_points.f.dtype)
@@ -421,8 +418,9 @@ class TaskSampler:
         if base is not None and spec.baseline_input:  # the baseline at every point, as input
             at_context = self.baseline.at(observed, context_points.s, reference=reference,
                                           lead=lead)  # fmt: skip
-            context_points = _with_channels(context_points, self._normalised(at_context))
-            target_points = _with_channels(target_points, self._normalised(base))
+            at_context = self.normaliser.transform(at_context, self.variables)
+            context_points = _with_channels(context_points, at_context)
+            target_points = _with_channels(target_points, base)
         if self.trend is not None:  # the residuals of the context's trend, as at prediction
             context_points, target_points = _detrended(context_points, target_points, self.trend)
             if context_points is None:
