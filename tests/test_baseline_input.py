@@ -66,7 +66,7 @@ def test_inputs_go_before_the_source_channels():
 
     shift = BaselineShift(Fixed(), (s, np.zeros(2), np.zeros((2, 1))), 0.0, 6.0,
                           centre=np.array([285.0]), spread=np.array([5.0]), inputs=True,
-                          source_channels=2)  # fmt: skip
+                          covariate_channels=1)  # fmt: skip
     x = np.array([[[0.5, 1.0, 0.0], [0.7, 0.0, 1.0]]], np.float32)  # a covariate, 2 sources
     points = Points.from_arrays(s=s[None], x=x, dim_y=1)
     got = np.asarray(shift.with_inputs(points, s).x)[0]

@@ -19,6 +19,7 @@ import xarray as xr
 
 from xnp.arrays import Points
 from xnp.data.baseline import ForecastBaseline
+from xnp.data.covariates import covariate_channels
 from xnp.data.tasks import ForecastTasks
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
@@ -57,8 +58,9 @@ class BaselineShift:
         The means and standard deviations by which the model's values were normalised.
     inputs : bool
         Whether the network sees the baseline at each point as input channels
-        (``ForecastTasks(baseline_input=True)``), inserted before the
-        ``source_channels`` last channels of the points' covariates.
+        (``ForecastTasks(baseline_input=True)``), inserted after the first
+        ``covariate_channels`` channels of the points' inputs (the covariates; any
+        source channels follow), where training puts them.
     """
 
     baseline: ForecastBaseline
@@ -68,7 +70,7 @@ class BaselineShift:
     centre: np.ndarray
     spread: np.ndarray
     inputs: bool = False
-    source_channels: int = 0
+    covariate_channels: int = 0
     #: the last places asked for and their baseline, as one tuple (blocks run in threads)
     _last: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -96,8 +98,7 @@ class BaselineShift:
         if not self.inputs:
             return points
         values = (np.asarray(self.at(s), np.float64) - self.centre) / self.spread
-        x = np.asarray(points.x, np.float32)
-        cut = x.shape[-1] - self.source_channels
+        x, cut = np.asarray(points.x, np.float32), self.covariate_channels
         x = np.concatenate([x[..., :cut], values[None].astype(np.float32), x[..., cut:]], -1)
         return points.replace(x=x)
 
@@ -230,10 +231,9 @@ def _baseline_shift(
     stats = [model.normaliser.stats[v] for v in model.variables]
     centre, spread = np.array([s.mean for s in stats]), np.array([s.std for s in stats])
     observed = (obs.s, obs.time - reference, obs.f)
-    n_sources = len(getattr(model, "sources", ()) or ())
     return BaselineShift(baseline, observed, reference, lead, centre, spread,
                          inputs=task.baseline_input,
-                         source_channels=n_sources if n_sources > 1 else 0)  # fmt: skip
+                         covariate_channels=len(covariate_channels(model.covariates)))  # fmt: skip
 
 
 def forecast_layout(
