@@ -65,6 +65,49 @@ def test_the_greedy_step_matches_a_brute_force_reference(field, fitted):
     assert np.isnan(out.acquisition_map.isel(step=1)[int(out.site_index[0])])
 
 
+def test_a_zero_shot_model_scores_the_map_with_its_trend(field, model, tmp_path, capsys):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    own = context.np.place_sensors(model, grid, grid, n_sites=2, progress=False, trend=None)
+    plain = place_sensors(model, context, grid, grid, n_sites=2, progress=False)
+    context.to_netcdf(tmp_path / "obs.nc")
+    xr.Dataset(coords=grid.coords).to_netcdf(tmp_path / "grid.nc")
+    status = main(["place", "gp-sphere", str(tmp_path / "obs.nc"), str(tmp_path / "grid.nc"),
+                   "-n", "2", "--trend", "own", "--out", str(tmp_path / "own.nc"),
+                   "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "own.nc").site_index,
+                                  own.site_index)  # fmt: skip
+    # with no new site: the mean std of the map xnp.predict makes with the same trend
+    for out, trend in ((own, None), (plain, "none")):
+        base = xnp.predict(model, context, grid, trend=trend, calibrate=False)
+        np.testing.assert_allclose(float(out.acquisition_before), float(base.field_std.mean()),
+                                   rtol=1e-5)  # fmt: skip
+    # the slow reference: the site added with the map's mean and the map made again, which
+    # refits the trend and restandardises the context; placement keeps both (the trend's
+    # variance alone follows the new site), so they agree closely, not exactly
+    base = xnp.predict(model, context, grid, calibrate=False)
+    scores = own.acquisition_map.isel(step=0).values
+    fast, slow = [], []
+    for i in range(0, scores.size, 3):
+        lat, lon = float(own.candidate_lat[i]), float(own.candidate_lon[i])
+        if np.isfinite(float(context.field.sel(lat=lat, lon=lon))):
+            continue
+        value = float(base.field_mean.sel(lat=lat, lon=lon))
+        pred = xnp.predict(model, with_site(context, lat, lon, value), grid, calibrate=False)
+        fast.append(scores[i])
+        slow.append(float(pred.field_std.mean()))
+    fast, slow = np.asarray(fast), np.asarray(slow)
+    assert np.max(np.abs(fast / slow - 1)) < 0.06
+    assert np.corrcoef(fast, slow)[0, 1] > 0.9
+    # the site's value is the map's mean there, trend included
+    lat, lon = float(own.site_lat[0]), float(own.site_lon[0])
+    expected = float(base.field_mean.sel(lat=lat, lon=lon))
+    np.testing.assert_allclose(float(own.site_value[0, 0]), expected, rtol=1e-5)
+    with pytest.raises(ConfigError, match="trend"):
+        place_sensors(model, context, grid, grid, n_sites=1, trend="quadratic", progress=False)
+
+
 def test_weighted_region_matches_a_reference_and_uniform_weights_change_nothing(field, fitted):
     ds, context = field
     grid = ds.drop_vars("field")

@@ -61,6 +61,32 @@ def test_the_estimate_and_its_variance_are_those_of_generalised_least_squares():
     assert var[0, 0] > 10 * trend.at(np.array([[5.0, 5.0]]))[1][0, 0]
 
 
+def test_covariance_with_one_more_point_is_that_of_the_refitted_estimate():
+    """The rank-one update against the slow reference: GLS refitted on n + 1 points."""
+    rng = np.random.default_rng(2)
+    s = _clustered(rng)
+    f = 1.0 + 0.5 * s[:, :1] - 0.2 * s[:, 1:] + rng.normal(0, 0.3, (60, 1))
+    trend = Trend.fit(s, f, spherical=False)
+    np.testing.assert_allclose(trend.covariance_with(s)[0], trend.cov, rtol=1e-10)
+    new = np.array([[5.0, 5.0], [0.5, 0.5], [20.0, -5.0], [s[3, 0], s[3, 1]]])
+    fast = trend.covariance_with(s, new)
+    assert fast.shape == (4, 1, 3, 3)
+    r = _RANGE * trend_module.rms_spread(s)  # the known points' range, kept for the new one
+    for m, point in enumerate(new):
+        both = np.concatenate([s, point[None]])
+        d = np.linalg.norm(both[:, None] - both[None], axis=-1)
+        c = np.exp(-d / r) + _NUGGET * np.eye(len(both))
+        a = np.column_stack([np.ones(len(both)), both - s.mean(0)])
+        slow = trend.sill[0] * np.linalg.inv(a.T @ np.linalg.solve(c, a))
+        np.testing.assert_allclose(fast[m, 0], slow, rtol=1e-8, atol=1e-14)
+    # one more observation never makes the estimate less certain, and far out it helps most
+    x = trend.design_at(np.array([[25.0, -10.0]]))[0]
+    before = x @ trend.cov[0] @ x
+    after = np.einsum("p,mpq,q->m", x, fast[:, 0], x)
+    assert np.all(after <= before * (1 + 1e-12))
+    assert np.argmin(after) == 2
+
+
 def test_a_dense_cluster_does_not_set_the_mean():
     rng = np.random.default_rng(2)
     s = _clustered(rng)

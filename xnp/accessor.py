@@ -72,6 +72,7 @@ class _NPAccessor:
         n_sites: int,
         *,
         acquisition: str = "mean_std",
+        trend: str | None = "none",
         truth: Any = None,
         weights: xr.DataArray | None = None,
         batch_size: int = 64,
@@ -86,7 +87,7 @@ class _NPAccessor:
 
         return place_sensors(
             model, self._obj, candidates, region, n_sites, acquisition=acquisition,
-            truth=truth, weights=weights, batch_size=batch_size, lazy=lazy,
+            trend=trend, truth=truth, weights=weights, batch_size=batch_size, lazy=lazy,
             progress=progress,
         )  # fmt: skip
 

@@ -70,6 +70,15 @@ def add_place(subs: Any) -> None:
         help="what a site should lower: the mean predictive std over the region, the mean "
         "variance, or (std) go where the std is largest (default: %(default)s)",
     )
+    p.add_argument(
+        "--trend",
+        choices=["none", "own", "constant", "linear"],
+        default="none",
+        help="zero-shot models: score the map made with this trend, as xnp predict --trend "
+        "(own: the model's own, linear for gp-sphere; the map's std then includes the "
+        "trend estimate's, which each candidate lowers; default: %(default)s, the network "
+        "alone)",
+    )
     p.add_argument("--weights", metavar="NAME",
                    help="a data variable of the region file (or of CANDIDATES without "
                    "--region): how much each point counts in the region's mean, e.g. its "

@@ -47,7 +47,8 @@ def run_place(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         region = region.drop_vars(args.weights)
     result = place_sensors(
         model, context, candidates, region, args.n_sites, acquisition=args.acquisition,
-        weights=weights, batch_size=args.batch_size, lazy=args.lazy, progress=args.progress,
+        trend=None if args.trend == "own" else args.trend, weights=weights,
+        batch_size=args.batch_size, lazy=args.lazy, progress=args.progress,
     )  # fmt: skip
     print(f"before: {args.acquisition} {float(result.acquisition_before):.4g}")
     for step in result.step.values:

@@ -157,6 +157,9 @@ class Trend:
         The GLS mean of the residuals (zero) minus their plain mean, by which the
         model standardises them: where the observations say nothing, the model
         predicts the plain mean, and :meth:`add_to` moves it by ``shift``.
+    sill : ndarray, shape ``[Dy]``, optional
+        The residuals' variance ``σ²`` of each variable (the factor of ``cov``);
+        :meth:`covariance_with` scales by it.
 
     Examples
     --------
@@ -177,6 +180,7 @@ class Trend:
     coef: np.ndarray
     cov: np.ndarray
     shift: np.ndarray
+    sill: np.ndarray | None = None
 
     @classmethod
     def fit(
@@ -215,6 +219,7 @@ class Trend:
         coef = np.zeros((n_coef, f.shape[1]))
         cov = np.zeros((f.shape[1], n_coef, n_coef))
         shift = np.zeros(f.shape[1])
+        sill = np.zeros(f.shape[1])
         for j in range(f.shape[1]):
             ok = np.flatnonzero(np.isfinite(f[:, j]))
             a, y = design[ok], f[ok, j]
@@ -242,9 +247,10 @@ class Trend:
             # the sill: the residuals' own variance, not their GLS estimate (rᵀC⁻¹r),
             # which the fixed covariance inflates wherever the field varies on
             # shorter scales than its range
-            cov[j] = float(resid @ resid) / (len(ok) - n_coef) * normal
+            sill[j] = float(resid @ resid) / (len(ok) - n_coef)
+            cov[j] = sill[j] * normal
             shift[j] = -float(resid.mean())
-        return cls(spherical, basis, origin, coef, cov, shift)
+        return cls(spherical, basis, origin, coef, cov, shift, sill)
 
     @staticmethod
     def _frame(s: np.ndarray, where: np.ndarray, spherical: bool
@@ -266,13 +272,62 @@ class Trend:
         """Intercept and trend coordinates of unit vectors (sphere) or coordinates (plane)."""
         return np.concatenate([np.ones((len(where), 1)), (where - origin) @ basis], axis=1)
 
+    def design_at(self, s: np.ndarray) -> np.ndarray:
+        """Intercept and trend coordinates ``[N, 1 + k]`` of points ``s`` ``[N, 2]``."""
+        s = np.asarray(s, np.float64)
+        return self._design(unit_vectors(s) if self.spherical else s, self.basis, self.origin)
+
     def at(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trend ``[N, Dy]`` at points ``s`` ``[N, 2]`` and the variance of its estimate."""
-        s = np.asarray(s, np.float64)
-        design = self._design(unit_vectors(s) if self.spherical else s, self.basis, self.origin)
+        design = self.design_at(s)
         mean = design @ self.coef
         var = np.einsum("np,jpq,nq->nj", design, self.cov, design)
         return mean, np.maximum(var, 0.0)
+
+    def covariance_with(self, known: np.ndarray, new: np.ndarray | None = None) -> np.ndarray:
+        """The coefficients' covariance were the trend fitted at ``known`` and one more point.
+
+        For each point of ``new`` ``[M, 2]`` in turn, the covariance ``[M, Dy, 1 + k,
+        1 + k]`` of the estimate from the points ``known`` ``[N, 2]`` (taken to observe
+        every variable) plus that one: ``σ² (AᵀC⁻¹A)⁻¹`` with this fit's frame and sill,
+        and the GLS correlation of :func:`gls_covariance` with the range of ``known``
+        (one more point hardly moves it).  The bordered inverse makes each new point a
+        rank-one update of ``AᵀC⁻¹A``, so ``M`` points cost one factorisation.  With
+        ``new`` None: ``[1, Dy, ...]`` for ``known`` alone.  Beyond the fit's limit of
+        points, a fixed subset of ``known`` stands for them, as in :meth:`fit`.  (What
+        :func:`xnp.placement.place_sensors` scores a trend's candidate sites by.)
+
+        Examples
+        --------
+        >>> rng = np.random.default_rng(0)
+        >>> s = np.c_[rng.uniform(50, 54, 30), rng.uniform(-4, 2, 30)]
+        >>> trend = Trend.fit(s, s[:, :1], spherical=True)
+        >>> bool(np.allclose(trend.covariance_with(s)[0], trend.cov))
+        True
+        >>> far = trend.covariance_with(s, np.array([[60.0, 10.0]]))[0, 0]
+        >>> bool(np.linalg.det(far) < np.linalg.det(trend.cov[0]))  # one more: less uncertain
+        True
+        """
+        if self.sill is None:
+            raise ConfigError("this Trend has no sill (it was not made by Trend.fit).")
+        known = np.asarray(known, np.float64)
+        if len(known) > _MAX_POINTS:  # the fit's fixed subset rule
+            known = known[np.sort(np.random.default_rng(0).choice(len(known), _MAX_POINTS, False))]
+        where = unit_vectors(known) if self.spherical else known
+        a = self._design(where, self.basis, self.origin)
+        factor = scipy.linalg.cho_factor(gls_covariance(where, _RANGE, _NUGGET))
+        ca = scipy.linalg.cho_solve(factor, a)  # C⁻¹A
+        gram = (a.T @ ca)[None]
+        if new is not None:
+            new = np.asarray(new, np.float64)
+            where_new = unit_vectors(new) if self.spherical else new
+            r = _RANGE * rms_spread(where)
+            dist = scipy.spatial.distance.cdist(where, where_new)
+            k = np.exp(-dist / r) if r > 0 else np.ones_like(dist)  # [N, M]
+            schur = 1.0 + _NUGGET - np.sum(k * scipy.linalg.cho_solve(factor, k), axis=0)
+            u = ca.T @ k - self._design(where_new, self.basis, self.origin).T  # [P, M]
+            gram = gram + np.einsum("pm,qm->mpq", u, u) / schur[:, None, None]
+        return self.sill[None, :, None, None] * np.linalg.inv(gram)[:, None]
 
     def draw_error(
         self,
@@ -288,8 +343,7 @@ class Trend:
         share ``λ`` of :meth:`add_to`, so its variance there is ``λ`` times the
         estimate's, as in the predictive variance.
         """
-        s = np.asarray(s, np.float64)
-        design = self._design(unit_vectors(s) if self.spherical else s, self.basis, self.origin)
+        design = self.design_at(s)
         out = np.empty((len(s), self.coef.shape[1]))
         for j in range(self.coef.shape[1]):
             delta = rng.multivariate_normal(np.zeros(len(self.coef)), self.cov[j])

@@ -28,7 +28,7 @@ from xnp.prediction.samples import check_sampling
 from xnp.prediction.templates import check_chunks, checked_dataset, template_of
 from xnp.units import parse_distance_km
 
-__all__ = ["check_model", "predict_with", "with_context"]
+__all__ = ["check_model", "predict_with", "resolve_trend", "with_context"]
 
 
 def check_model(model: Any) -> Any:
@@ -55,6 +55,32 @@ def with_context(model: Any, data: xr.Dataset | xr.DataArray, what: str) -> tupl
         located, _ = locators_as_coords(data, getattr(model, "coords", None))
         model = zero_shot_variable(model, located)
     return model, data
+
+
+def resolve_trend(model: Any, trend: str | None) -> str | None:
+    """The trend a zero-shot ``model`` removes from a context: ``trend=`` as given, or its own.
+
+    ``None`` is the model's own (``training["trend"]``: ``gp-sphere``'s, or a
+    fine-tune's; else none); ``"none"`` none; ``"constant"`` / ``"linear"`` those.
+    Returns ``None`` (no trend) or the degree's name.
+
+    Raises
+    ------
+    ConfigError
+        For another value, or a trend asked of a fitted (not zero-shot) model.
+    """
+    if trend is not None and trend != "none" and trend not in DEGREES:
+        raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
+    if trend is None:
+        trend = (getattr(model, "training", None) or {}).get("trend")
+    trend = None if trend == "none" else trend
+    if trend is not None and not is_zero_shot(model):
+        raise ConfigError(
+            "trend= is for zero-shot models, which standardise each context set by its own "
+            "statistics; a fitted model learned the large-scale structure of its training "
+            "data. Predict without trend=."
+        )
+    return trend
 
 
 def predict_with(
@@ -88,17 +114,7 @@ def predict_with(
     if calibrate is not None and not isinstance(calibrate, bool | np.bool_):
         raise ConfigError(f"calibrate must be None, True or False; got {calibrate!r}.")
     calibrate = None if calibrate is None else bool(calibrate)
-    if trend is not None and trend != "none" and trend not in DEGREES:
-        raise ConfigError(f"trend must be None, 'none', 'constant' or 'linear'; got {trend!r}.")
-    if trend is None:  # the model's own (gp-sphere's, or a fine-tune's; else none)
-        trend = (getattr(model, "training", None) or {}).get("trend")
-    trend = None if trend == "none" else trend
-    if trend is not None and not is_zero_shot(model):
-        raise ConfigError(
-            "trend= is for zero-shot models, which standardise each context set by its own "
-            "statistics; a fitted model learned the large-scale structure of its training "
-            "data. Predict without trend=."
-        )
+    trend = resolve_trend(model, trend)
     model, data = with_context(model, data, "data")
     missing = [v for v in model.variables if v not in data.data_vars]
     if missing:

@@ -24,6 +24,22 @@ A new site's value is unknown before it is built.  As DeepSensor does, it is tak
 to be the model's predictive mean at the site (given the context so far); only an
 *oracle* acquisition, for evaluation when the truth is known, uses the true value.
 
+By default the scores are the network's alone (``trend="none"``), without the
+context's trend that a zero-shot model such as ``gp-sphere`` removes by default when
+it maps.  ``trend=None`` (the model's own) or ``"constant"`` / ``"linear"`` score the
+map :func:`xnp.predict` makes with that ``trend=``: the network sees the residuals of
+the context's GLS trend (:class:`xnp.data.trend.Trend`), and the map's predictive
+variance is the network's plus the share of the trend estimate's variance it leaves
+(:meth:`~xnp.data.trend.Trend.add_to`).  A new site makes the trend better known too,
+most where the map extrapolates it, far from the stations: each candidate is scored
+with the trend variance that its own addition leaves
+(:meth:`~xnp.data.trend.Trend.covariance_with`, exact for the fixed GLS weights), while
+the trend itself stays the one fitted to the current observations (a site added with
+the map's mean hardly moves it; for the oracles, which add true values, that is an
+approximation).  On the ERA5 validation days the network's std chose the better
+sites (``docs/benchmarks.md``, section "Sensor placement on ERA5 UK"), hence the
+default.
+
 Acquisitions (lower is better, except ``"std"``):
 
 ``"mean_std"``
@@ -64,20 +80,17 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-from scipy.spatial import cKDTree
 from tqdm.auto import tqdm
 
 from xnp.api.sizes import inner_task
 from xnp.arrays import Points
-from xnp.data.flatten import PointSet, to_points
 from xnp.data.tasks import ForecastTasks, check_count
-from xnp.errors import ConfigError, EmptyDataError
-from xnp.geo.sphere import unit_vectors
+from xnp.errors import ConfigError
 from xnp.infer.chunks import real_points
-from xnp.prediction.context import Options, build_context, coord_names, model_points, prior_std
-from xnp.prediction.core import check_model, with_context
-from xnp.prediction.guards import outside_grid
-from xnp.prediction.templates import template_of
+from xnp.placement.reading import points_of, shares, truth_at
+from xnp.placement.scoring import Region, lazily, score_region, try_candidates
+from xnp.prediction.context import Options, build_context, model_points, prior_std
+from xnp.prediction.core import check_model, resolve_trend, with_context
 from xnp.shipped import resolve_model
 
 __all__ = ["ACQUISITIONS", "place_sensors"]
@@ -100,6 +113,7 @@ def place_sensors(
     n_sites: int,
     *,
     acquisition: str = "mean_std",
+    trend: str | None = "none",
     truth: xr.Dataset | xr.DataArray | None = None,
     weights: xr.DataArray | None = None,
     batch_size: int = 64,
@@ -126,6 +140,11 @@ def place_sensors(
     acquisition : str
         What a site should improve (see the module): ``"mean_std"`` (default),
         ``"mean_variance"``, ``"std"``, ``"oracle_rmse"`` or ``"oracle_nll"``.
+    trend : {"none", None, "constant", "linear"}
+        ``"none"`` (default) scores the network alone; otherwise the map
+        :func:`xnp.predict` makes with this ``trend=`` (None: the model's own,
+        ``"linear"`` for ``gp-sphere``), with the variance its estimate keeps once a
+        candidate is added (see the module).
     truth : Dataset or DataArray, optional
         The true field at the candidates and the region (same coordinates), for
         the oracle acquisitions.
@@ -174,6 +193,7 @@ def place_sensors(
     if oracle and truth is None:
         raise ConfigError(f"acquisition={acquisition!r} scores against the truth; pass truth=.")
     model = check_model(resolve_model(model) if isinstance(model, str | os.PathLike) else model)
+    trend = resolve_trend(model, trend)
     task = getattr(model, "task", None)
     if task is not None and isinstance(inner_task(task), ForecastTasks):
         raise ConfigError(
@@ -181,10 +201,10 @@ def place_sensors(
             "interpolation model (fitted with SpatialTasks, or zero-shot)."
         )
     model, data = with_context(model, context, "context")
-    ctx = build_context(model, data, Options(None, {}, "1GiB", False))
+    ctx = build_context(model, data, Options(None, {}, "1GiB", False, trend=trend))
     model = ctx.model
-    cand_ps = _points_of(candidates, data, model, "candidates")
-    region_ps = _points_of(region, data, model, "region")
+    cand_ps = points_of(candidates, data, model, "candidates")
+    region_ps = points_of(region, data, model, "region")
     if n_sites > len(cand_ps):
         raise ConfigError(
             f"n_sites={n_sites} is more than the {len(cand_ps)} candidates; ask "
@@ -195,11 +215,14 @@ def place_sensors(
     reg = real_points(model_points(region_ps, model, values=False))
     truth_c = truth_r = None
     if oracle:
-        truth_c, truth_r = (_truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
-    share = _shares(weights, region_ps, model)
+        truth_c, truth_r = (truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
+    region = Region(reg, truth_r, shares(weights, region_ps, model), ctx.trend)
     scale = prior_std(model)  # normalised std → the variables' units
     true_fill = None  # the oracles add each site with its true value (normalised)
     if truth_c is not None:
+        if ctx.trend is not None:  # the network sees the residuals of the trend
+            site_trend = ctx.trend.at(cand["s"])[0]
+            truth_c = truth_c - site_trend
         true_fill = model.normaliser.transform(truth_c, list(model.variables))
     grown = {k: v[None] for k, v in real_points(ctx.points).items()}  # [1, N, .]
     cand_points = Points.from_arrays(**{k: cand[k][None] for k in ("s", "t", "x")},
@@ -215,20 +238,26 @@ def place_sensors(
         mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand_points))
         fill = mean_c if true_fill is None else true_fill
         if acquisition == "std":
-            score = (std_c * scale).mean(-1)
+            std_u = std_c * scale
+            if ctx.trend is not None:  # and the trend's, known from the context so far
+                cov = ctx.trend.covariance_with(grown["s"][0])[0]
+                design = ctx.trend.design_at(cand["s"])
+                var = np.einsum("np,jpq,nq->nj", design, cov, design)
+                std_u = np.sqrt(std_u**2 + np.minimum(1.0, std_c**2) * var)
+            score = std_u.mean(-1)
             if step == 0:
                 before = float(score.max())
         else:
             if step == 0 or lazy:  # the score without a new site (lazy: every step's)
-                now = _score_region(ctx, state, reg, acquisition, (truth_r, share), scale, 1)[0]
+                now = score_region(ctx, state, region, acquisition, scale, grown["s"][0], None)[0]
                 before = now if step == 0 else before
 
             def attempt(which, grown=grown, fill=fill):
-                return _try_candidates(ctx, grown, cand, fill, reg, acquisition,
-                                       (truth_r, share), scale, which, batch_size)  # fmt: skip
+                return try_candidates(ctx, grown, cand, fill, region, acquisition, scale,
+                                       which, batch_size)  # fmt: skip
 
             if lazy and step > 0:
-                score = _lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
+                score = lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
             else:
                 score = attempt(np.flatnonzero(remaining))
             if lazy:
@@ -239,7 +268,13 @@ def place_sensors(
         scores[step] = score
         pick = int(np.nanargmax(score) if best_is_high else np.nanargmin(score))
         chosen.append(pick)
-        values.append(model.denormalise(fill[pick][None, None], std_c[pick][None, None])[0][0, 0])
+        value = model.denormalise(fill[pick][None, None], std_c[pick][None, None])[0][0, 0]
+        if truth_c is not None:  # the oracles: the true value
+            value = truth_c[pick] + (0.0 if ctx.trend is None else site_trend[pick])
+        elif ctx.trend is not None:  # the map's value there: with the trend
+            site_std = (std_c[pick] * scale)[None]
+            value = ctx.trend.add_to(cand["s"][pick][None], value[None], site_std, scale)[0][0]
+        values.append(value)
         remaining[pick] = False
         new = {k: cand[k][pick] for k in ("s", "t", "x")}
         new["f"] = np.asarray(fill[pick], np.float32)
@@ -272,149 +307,3 @@ def place_sensors(
         },
     )
     return out
-
-
-def _points_of(obj: Any, data: xr.Dataset, model: Any, what: str) -> PointSet:
-    """The points of ``obj`` (a template, or a boolean mask: its True cells)."""
-    allowed = None
-    if isinstance(obj, xr.DataArray) and obj.dtype == bool:
-        allowed = obj
-        obj = obj.to_dataset(name="_allowed").drop_vars("_allowed")
-    template = template_of(obj, data, tuple(model.covariates), getattr(model, "coords", None))
-    ps = to_points(
-        template.points, None, covariates=model.covariates, **coord_names(model, template.points)
-    )
-    if allowed is not None:
-        keep = np.asarray(allowed.transpose(*ps.dims).values).ravel()[ps.index]
-        ps = ps.take(keep)
-    if not len(ps):
-        raise EmptyDataError(
-            f"the {what} hold no point (with the model's covariates); give at least one."
-        )
-    outside = outside_grid(model, ps.s)
-    if outside is not None and outside.any():
-        raise ConfigError(
-            f"{int(outside.sum())} of the {what} lie outside the model's grid; "
-            "select points inside it."
-        )
-    return ps
-
-
-def _truth_at(truth: Any, ps: PointSet, model: Any) -> np.ndarray:
-    """The true values ``[N, Dy]`` at the points ``ps`` (the nearest truth point, same place)."""
-    if isinstance(truth, xr.DataArray):
-        truth = truth.to_dataset(name=truth.name or model.variables[0])
-    missing = [v for v in model.variables if v not in truth.data_vars]
-    if missing:
-        raise ConfigError(f"truth holds no {missing}; it needs the model's variables.")
-    return _values_at(truth, list(model.variables), ps, model, "truth")
-
-
-def _values_at(data: xr.Dataset, names: list[str], ps: PointSet, model: Any, what: str):
-    """``data``'s variables ``names`` ``[N, len(names)]`` at the points ``ps`` (same places)."""
-    tp = to_points(data, names, **coord_names(model, data))
-    dist, nearest = cKDTree(unit_vectors(tp.s)).query(unit_vectors(ps.s))
-    if np.any(dist > 1e-6):
-        raise ConfigError(
-            f"{what} does not cover every candidate and region point; give it on "
-            "the same coordinates."
-        )
-    return tp.f[nearest]
-
-
-def _shares(weights: Any, region: PointSet, model: Any) -> np.ndarray | None:
-    """Each region point's share ``[R]`` of the region acquisitions (summing to 1), or None."""
-    if weights is None:
-        return None
-    if not isinstance(weights, xr.DataArray):
-        raise ConfigError(
-            "weights must be a DataArray on the region's coordinates; got "
-            f"{type(weights).__name__}."
-        )
-    # a missing weight is marked -1 (read as points, NaN would look like a missing point)
-    marked = weights.fillna(-1.0).to_dataset(name="_weight")
-    w = _values_at(marked, ["_weight"], region, model, "weights")
-    w = w[:, 0].astype(np.float64)
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-        raise ConfigError(
-            "weights must be finite (not NaN) and at least 0 at every region point, and not "
-            "all 0; "
-            "fill gaps (e.g. weights.fillna(0)) or drop those points from the region."
-        )
-    return w / w.sum()
-
-
-def _score_region(ctx, state, reg, acquisition, known, scale, batch) -> np.ndarray:
-    """Scores ``[batch]`` of the region predicted against a conditioned ``state``.
-
-    ``known`` is ``(truth at the region or None, the region's shares or None)``.
-    """
-    tiled = Points.from_arrays(
-        **{k: np.repeat(reg[k][None], batch, 0) for k in ("s", "t", "x")},
-        dim_y=len(scale),
-    )
-    mean, std = ctx.predictor.predict_state(state, tiled)
-    return _score(ctx, mean, std, acquisition, known, scale)
-
-
-def _region_mean(x: np.ndarray, share: np.ndarray | None) -> np.ndarray:
-    """The mean of ``x`` ``[B, R, Dy]`` over the region (weighted by ``share``) and variables."""
-    if share is None:
-        return x.mean(axis=(1, 2))
-    return np.einsum("brd,r->bd", x, share).mean(-1)
-
-
-def _score(ctx, mean, std, acquisition, known, scale) -> np.ndarray:
-    truth_r, share = known
-    if acquisition == "mean_std":
-        return _region_mean(std * scale, share)
-    if acquisition == "mean_variance":
-        return _region_mean((std * scale) ** 2, share)
-    mean, std = ctx.model.denormalise(mean, std)
-    err = mean - truth_r[None]
-    if acquisition == "oracle_rmse":
-        return np.sqrt(_region_mean(err**2, share))
-    return _region_mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * (err / std) ** 2, share)
-
-
-def _lazily(attempt, which: np.ndarray, gains: np.ndarray, now: float, batch_size: int):
-    """Scores of the candidates lazy greedy retries (NaN for the others).
-
-    ``which`` are the remaining candidates, ``gains`` their improvements at the
-    step each was last tried (upper bounds of today's if improvements only
-    shrink), ``now`` the score without a new site (lower is better).
-    """
-    order = which[np.argsort(-gains[which], kind="stable")]
-    score = np.full(gains.size, np.nan)
-    for start in range(0, order.size, batch_size):
-        part = order[start : start + batch_size]
-        score[part] = attempt(part)[part]
-        best = now - np.nanmin(score)
-        following = start + batch_size
-        if following >= order.size or best >= gains[order[following]]:
-            break
-    return score
-
-
-def _try_candidates(ctx, grown, cand, fill, reg, acquisition, known, scale, which, batch_size):
-    """Each candidate in ``which`` added to the context in turn: its score (NaN elsewhere)."""
-    score = np.full(len(cand["s"]), np.nan)
-    for start in range(0, which.size, batch_size):
-        part = which[start : start + batch_size]
-        real = part.size
-        # a short last batch repeats its last candidate: one compiled shape for every pass
-        part = np.concatenate([part, np.repeat(part[-1:], batch_size - real)])
-        b = part.size
-        batch = {
-            k: np.concatenate(
-                [
-                    np.repeat(grown[k], b, 0),
-                    (cand[k] if k != "f" else fill)[part][:, None],
-                ],
-                axis=1,
-            )
-            for k in ("s", "t", "x", "f")
-        }
-        state = ctx.predictor.condition(Points.from_arrays(**batch))
-        score[part[:real]] = _score_region(ctx, state, reg, acquisition, known, scale, b)[:real]
-    return score
