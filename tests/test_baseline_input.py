@@ -1,8 +1,10 @@
 """ForecastTasks(baseline_input=True): the network sees the baseline forecast at each
 context and target point as an input channel (issue 27)."""
 
+import dataclasses
 import warnings
 
+import jax
 import numpy as np
 import pytest
 from test_autoregressive_baseline import baseline_on_grid, drifting_grid
@@ -53,6 +55,34 @@ def test_each_training_point_carries_the_baseline_at_its_place(data):
     # the context points of the last frame persist themselves: the baseline there is
     # their own value plus the regression's change, so it differs from the value
     assert not np.allclose(ctx.x[:, 0], ctx.f[:, 0])
+
+
+def test_a_full_context_keeps_its_baseline_between_draws_and_changes_nothing(data):
+    """The memo of each anchor's baseline against the slow reference: recomputed per task."""
+    train = data.isel(time=slice(0, 80))
+    task = ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive+spatial",
+                         baseline_input=True, max_context=64, max_targets=32)  # fmt: skip
+    # a cell missing from every other frame: a context point there may lack a twin in
+    # the target frame, and is computed afresh
+    gappy = train.copy(deep=True)
+    gappy["t2m"][::2, 0, 0] = np.nan
+    for frame in (train, gappy):
+        kept = TaskSampler(frame, "t2m", task, batch_size=4, seed=5, validation_fraction=0.0)
+        fresh = TaskSampler(frame, "t2m", task, batch_size=4, seed=5, validation_fraction=0.0,
+                            baseline=kept.baseline, normaliser=kept.normaliser)  # fmt: skip
+        fresh.memoise = False
+        for k in range(6):  # 24 draws of ~60 anchors: some drawn twice
+            a, b = jax.tree.leaves(kept.batch(k)), jax.tree.leaves(fresh.batch(k))
+            assert len(a) == len(b) > 5
+            for u, v in zip(a, b, strict=True):
+                np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+        assert 0 < len(kept._fields) <= 24
+        assert not fresh._fields
+    # a thinned context differs on every draw: nothing is kept
+    thin = TaskSampler(train, "t2m", dataclasses.replace(task, context_fraction=0.5),
+                       batch_size=4, seed=5, validation_fraction=0.0)  # fmt: skip
+    thin.batch(0)
+    assert not thin._fields
 
 
 def test_inputs_go_before_the_source_channels():

@@ -16,7 +16,13 @@ from strategies import (
 )
 
 from xnp.data.coords import VariableNotFoundError, find_coords, latlon, resolve_variables
-from xnp.data.times import check_time_axis, day_and_year_fractions, time_hours, validation_cut
+from xnp.data.times import (
+    check_time_axis,
+    day_and_year_fractions,
+    fractions_of_each,
+    time_hours,
+    validation_cut,
+)
 from xnp.errors import ConfigError, CoordinateError, DimensionError, EmptyDataError, XnpError
 
 
@@ -311,6 +317,25 @@ def test_day_and_year_fractions_respect_the_calendar():
     day, year = day_and_year_fractions(np.asarray(cf))
     assert day[0] == 0.5
     assert year[0] == pytest.approx((359 + 0.5) / 360)
+
+
+@pytest.mark.parametrize("calendar", ["standard", "noleap", "360_day"])
+def test_fractions_of_repeated_times_are_those_of_each_time(calendar):
+    """The fast path (each distinct time once) against the reference, time by time."""
+    rng = np.random.default_rng(4)
+    times = np.asarray(xr.date_range("2019-12-30T03", periods=40, freq="7h", calendar=calendar,
+                                     use_cftime=calendar != "standard"))  # fmt: skip
+    values = times[rng.integers(0, 40, (30, 7))]  # points at repeated times, 2-d
+    day, year = day_and_year_fractions(values)
+    ref_day, ref_year = fractions_of_each(values.ravel())
+    assert day.shape == year.shape == (30, 7)
+    np.testing.assert_allclose(day.ravel(), ref_day, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(year.ravel(), ref_year, rtol=0, atol=1e-12)
+    # leap years and sub-second times (the reference counts whole seconds)
+    odd = np.array(["2020-02-29T23:59:59.75", "2021-01-01", "1900-03-01T06:30"],
+                   "datetime64[ms]")  # fmt: skip
+    for got, want in zip(day_and_year_fractions(odd), fractions_of_each(odd), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
 def test_check_time_axis_accepts_increasing():

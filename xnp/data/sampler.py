@@ -12,6 +12,13 @@ reading each task's frames through dask costs a compute per task.
 Batch ``k`` depends only on ``(seed, k)``: iterating twice, or asking for
 ``sampler.batch(k)`` directly, gives the same batch.
 
+A forecast baseline (``ForecastTasks(baseline=...)``) is computed from each task's
+context.  When every context point is kept and there is no window, an anchor
+(context frames, target frame, lead) gives the same baseline on every draw, so it is
+computed once over the whole target frame and kept for the next draws of that anchor
+(up to a fixed memory limit); thinned or windowed contexts differ per draw and are
+computed per task.
+
 Validation holds out the last ``validation_fraction`` of the target source's time
 axis.  A ``split="train"`` sampler only reads earlier times, for context and
 targets alike; a ``split="validation"`` sampler only takes targets from the
@@ -21,6 +28,7 @@ held-out times (context frames of forecast tasks may precede them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -34,9 +42,10 @@ from xnp.data.covariates import covariate_names, user_covariates
 from xnp.data.flatten import PointSet
 from xnp.data.normalise import Normaliser, check_same_units
 from xnp.data.sources import Source, Window, make_source
+from xnp.data.task_edits import BaselineField, by_context, detrended, with_channels
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.data.times import match_hours, validation_cut
-from xnp.data.trend import DEGREES, Trend
+from xnp.data.trend import DEGREES
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
 from xnp.units import parse_bytes
@@ -45,38 +54,8 @@ __all__ = ["TaskSampler"]
 
 #: Draws allowed per task of a batch before giving up (empty frames and windows).
 _DRAWS_PER_TASK = 100
-
-
-def _by_context(context: TaskPoints, targets: TaskPoints) -> tuple[TaskPoints | None, TaskPoints]:
-    """Context and targets standardised by the context values' mean and std.
-
-    None for a context whose values do not vary (nothing to scale by).
-    """
-    with np.errstate(invalid="ignore"):
-        mean = np.nanmean(context.f, axis=0)
-        std = np.nanstd(context.f, axis=0)
-    if not (np.isfinite(std).all() and (std > 0).all()):
-        return None, targets
-    scale = lambda p: dataclasses.replace(p, f=((p.f - mean) / std).astype(p.f.dtype))  # noqa: E731
-    return scale(context), scale(targets)
-
-
-def _with_channels(points: TaskPoints, values: np.ndarray) -> TaskPoints:
-    """``points`` with ``values`` ``[N, k]`` appended to their covariates."""
-    x = np.concatenate([points.x, values.astype(points.x.dtype)], axis=1)
-    return dataclasses.replace(points, x=x)
-
-
-def _detrended(
-    context: TaskPoints, targets: TaskPoints, trend: str
-) -> tuple[TaskPoints | None, TaskPoints]:
-    """Context and targets less the context's GLS trend (None: it cannot be fitted)."""
-    try:
-        fitted = Trend.fit(context.s, context.f, spherical=True, degree=DEGREES[trend])
-    except EmptyDataError:
-        return None, targets
-    less = lambda p: dataclasses.replace(p, f=(p.f - fitted.at(p.s)[0]).astype(p.f.dtype))  # noqa: E731
-    return less(context), less(targets)
+#: The most baseline values (points × variables) a sampler keeps between tasks.
+_MEMO_VALUES = 2**24
 
 
 class TaskSampler:
@@ -155,6 +134,11 @@ class TaskSampler:
     >>> batch.context.s.shape, batch.target.t[0, 0, 0].item()
     ((3, 64, 2), 6.0)
     """
+
+    #: Keep each anchor's forecast baseline between draws when it is the same on every
+    #: draw (every context point kept, no window); False recomputes it per task (the
+    #: slow reference the tests compare with).
+    memoise: bool = True
 
     def __init__(
         self,
@@ -238,6 +222,7 @@ class TaskSampler:
         self._setup_times(validation_fraction)
         self.normaliser = normaliser or self._fit_normaliser()
         self.baseline = baseline or self._fit_baseline()
+        self._fields: dict[int, BaselineField | None] = {}  # see _baseline_field
         for v in self.variables:
             self.normaliser.check_units(v, self._target.view[v].attrs.get("units"))
         for source in self.sources:
@@ -363,7 +348,8 @@ class TaskSampler:
         minimum = self.task.min_points if isinstance(self.task, WindowTasks) else 2
         spec = self.inner_task
         if isinstance(spec, ForecastTasks):
-            frames, target_frame, lead = self._anchors[int(rng.integers(len(self._anchors)))]
+            anchor = int(rng.integers(len(self._anchors)))
+            frames, target_frame, lead = self._anchors[anchor]
             hours = np.asarray(self._target.hours)
             reference = float(hours[frames[-1]])
             context = self._target.read(frames, window)
@@ -377,8 +363,17 @@ class TaskSampler:
             context_hours = [float(h) for h in hours[frames]]
             if self.baseline is not None:  # from every kept observation, not the capped ones
                 observed = (context.s, context.time - reference, context.f)
-                base = self.baseline.at(observed, targets.s[np.sort(tgt)],
-                                        reference=reference, lead=lead)  # fmt: skip
+
+                def baseline_at(s, observed=observed, reference=reference, lead=lead):
+                    return self.baseline.at(observed, s, reference=reference, lead=lead)
+
+                field = None
+                if self.memoise and spec.context_fraction >= 1.0 and window is None:
+                    field = self._baseline_field(anchor, targets, baseline_at)
+                    if field is None:  # no observation to persist
+                        return None
+                    baseline_at = functools.partial(field.at, compute=baseline_at)
+                base = baseline_at(targets.s[np.sort(tgt)])
                 if base is None:  # no observation to persist
                     return None
         else:
@@ -416,20 +411,32 @@ class TaskSampler:
             )
         context_points = TaskPoints.concat(parts)
         if base is not None and spec.baseline_input:  # the baseline at every point, as input
-            at_context = self.baseline.at(observed, context_points.s, reference=reference,
-                                          lead=lead)  # fmt: skip
-            at_context = self.normaliser.transform(at_context, self.variables)
-            context_points = _with_channels(context_points, at_context)
-            target_points = _with_channels(target_points, base)
+            at_context = self.normaliser.transform(baseline_at(context_points.s), self.variables)
+            context_points = with_channels(context_points, at_context)
+            target_points = with_channels(target_points, base)
         if self.trend is not None:  # the residuals of the context's trend, as at prediction
-            context_points, target_points = _detrended(context_points, target_points, self.trend)
+            context_points, target_points = detrended(context_points, target_points, self.trend)
             if context_points is None:
                 return None
         if self.standardise == "context":  # as a zero-shot model sees each context
-            context_points, target_points = _by_context(context_points, target_points)
+            context_points, target_points = by_context(context_points, target_points)
             if context_points is None:
                 return None
         return Task(context_points, target_points, reference)
+
+    def _baseline_field(
+        self, anchor: int, targets: PointSet, compute: Any
+    ) -> BaselineField | None:
+        """The baseline at anchor ``anchor``'s whole target frame (kept while memory allows)."""
+        memo = self._fields
+        if anchor in memo:
+            return memo[anchor]
+        values = compute(targets.s)
+        field = None if values is None else BaselineField(values, unit_vectors(targets.s))
+        kept = sum(f.values.size for f in memo.values() if f is not None)
+        if field is None or kept + field.values.size <= _MEMO_VALUES:
+            memo[anchor] = field
+        return field
 
     def tasks(self, k: int) -> list[Task]:
         """Draw the (unpadded) tasks of batch ``k``; they depend only on ``(seed, k)``."""

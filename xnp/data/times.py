@@ -28,6 +28,7 @@ __all__ = [
     "check_time_axis",
     "day_and_year_fractions",
     "find_time",
+    "fractions_of_each",
     "is_datetime",
     "match_hours",
     "time_hours",
@@ -131,12 +132,35 @@ def day_and_year_fractions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (0.75, 0.75)
     """
     values = np.asarray(values)
-    times = xr.DataArray(values.ravel(), dims="time")
+    if np.issubdtype(values.dtype, np.datetime64):  # numpy's calendar: no xarray round trip
+        seconds = values.astype("datetime64[s]")
+        days = seconds.astype("datetime64[D]")
+        years = seconds.astype("datetime64[Y]")
+        day = (seconds - days).astype(np.float64) / 86400.0
+        day_of_year = (days - years.astype("datetime64[D]")).astype(np.float64) + day
+        length = (years + 1).astype("datetime64[D]") - years.astype("datetime64[D]")
+        return day, day_of_year / length.astype(np.float64)
+    # cftime calendars through xarray, each distinct time once (points share few times)
+    unique, inverse = np.unique(values.ravel(), return_inverse=True)
+    day, year = fractions_of_each(unique)
+    return day[inverse].reshape(values.shape), year[inverse].reshape(values.shape)
+
+
+def fractions_of_each(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`day_and_year_fractions` of each of ``values`` ``[N]`` in turn (the reference).
+
+    Examples
+    --------
+    >>> day, year = fractions_of_each(np.array(["2020-12-31T12:00"], "datetime64[ns]"))
+    >>> float(day[0]), round(float(year[0]) * 366, 2)
+    (0.5, 365.5)
+    """
+    times = xr.DataArray(np.asarray(values).ravel(), dims="time")
     hours = times.dt.hour + times.dt.minute / 60.0 + times.dt.second / 3600.0
     day = np.asarray(hours.values, np.float64) / 24.0
     day_of_year = np.asarray((times.dt.dayofyear - 1).values, np.float64) + day
     year = day_of_year / np.asarray(times.dt.days_in_year.values, np.float64)
-    return day.reshape(values.shape), year.reshape(values.shape)
+    return day, year
 
 
 def validation_cut(n_times: int, fraction: float) -> int:
