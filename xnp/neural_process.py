@@ -164,6 +164,17 @@ class NeuralProcess:
         return nnx.merge(self.graphdef, self.params_)
 
     @property
+    def std_scale(self) -> np.ndarray | None:
+        """Factors ``[Dy]`` of the predictive std fitted on held-out data, or None.
+
+        Set by :func:`xnp.calibrate` (kept in ``training["std_scale"]``, saved with
+        the model); every prediction multiplies its std by them, unless
+        ``predict(..., calibrate=True)`` cross-validates the context instead.
+        """
+        factors = self.training.get("std_scale")
+        return None if factors is None else np.asarray(factors, np.float64)
+
+    @property
     def num_params(self) -> int:
         """Number of scalar parameters."""
         return count_params(self.params_)

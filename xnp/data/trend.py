@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.linalg
@@ -40,7 +40,7 @@ import scipy.spatial
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.geo.sphere import unit_vectors
 
-__all__ = ["Offset", "Rescaled", "Trend", "gls_covariance", "rms_spread"]
+__all__ = ["Offset", "Rescaled", "Trend", "gls_covariance", "rms_spread", "unscaled"]
 
 #: Below this length of the mean unit vector the points surround the globe, and the
 #: trend uses all three unit-vector components (degree-one spherical harmonics).
@@ -127,6 +127,17 @@ class Rescaled:
         if self.inner is not None:
             mean, std = self.inner.add_to(s, mean, std, prior_std)
         return mean, (np.asarray(std) * self.factor).astype(np.asarray(std).dtype)
+
+
+def unscaled(offset: Any) -> Any:
+    """The offset inside a :class:`Rescaled` one (any other, as it is).
+
+    Examples
+    --------
+    >>> unscaled(Rescaled(None, np.array([2.0]))) is None
+    True
+    """
+    return offset.inner if isinstance(offset, Rescaled) else offset
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -19,7 +19,7 @@ import xarray as xr
 
 from xnp.arrays import Points
 from xnp.data.flatten import PointSet, prediction_attrs, to_points
-from xnp.data.trend import Offset
+from xnp.data.trend import Offset, unscaled
 from xnp.errors import (
     DimensionError,
 )
@@ -72,8 +72,9 @@ class Payload:
         out = np.full((int(np.prod(shape)), 2 * len(self.model.variables)), np.nan, np.float32)
         if len(targets):
             tgt = model_points(targets, self.model, values=False, t=self.t_target)
-            if hasattr(self.offset, "with_inputs"):  # a forecast model may see its baseline
-                tgt = self.offset.with_inputs(tgt, targets.s)
+            shift = unscaled(self.offset)
+            if hasattr(shift, "with_inputs"):  # a forecast model may see its baseline
+                tgt = shift.with_inputs(tgt, targets.s)
             if self.radius_km is None:
                 mean, std = self.predictor.predict_state(self.state, tgt)
             else:

@@ -117,7 +117,8 @@ class Context:
     #: the observations of the context's own data as read (raw values, before any
     #: trend): what a forecast baseline persists
     observed: PointSet | None = None
-    #: ``[Dy]`` factors of the predictive std found by cross-validation, or None
+    #: ``[Dy]`` factors of the predictive std: the model's own (:func:`xnp.calibrate`),
+    #: or found by cross-validation on the context (``calibrate=True``); or None
     std_scale: np.ndarray | None = None
     _state: Any = None
 
@@ -307,7 +308,8 @@ def context_from_points(
             stacklevel=4,
         )
         points = points.replace(mask=points.mask & ~outside[None])
-    return Context(model, predictor, points, attrs, trend, observed)
+    scale = getattr(model, "std_scale", None)
+    return Context(model, predictor, points, attrs, trend, observed, std_scale=scale)
 
 
 def thinned(ps: PointSet, n: int | None, *, seed: int, reference: float | None) -> PointSet:

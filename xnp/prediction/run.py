@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from xnp.data.flatten import predictions_to_xarray, to_points
-from xnp.data.trend import Offset
+from xnp.data.trend import Offset, Rescaled, unscaled
 from xnp.errors import (
     ConfigError,
 )
@@ -41,10 +41,14 @@ def run_targets(
     """Predict the points of ``template`` given ``ctx`` (eager, or lazy with chunks).
 
     ``offset`` (a forecast's baseline) is added to the prediction, as the
-    context's trend is (the two never meet: trends are for zero-shot models).
+    context's trend is (the two never meet: trends are for zero-shot models); the
+    context's std factor (``ctx.std_scale``) then applies to it as well.
     """
     model = ctx.model
-    offset = ctx.offset if offset is None else offset
+    if offset is None:
+        offset = ctx.offset
+    elif ctx.std_scale is not None and not isinstance(offset, Rescaled):
+        offset = Rescaled(offset, ctx.std_scale)
     names = coord_names(model, template)
     one = at_one_place(template, names)
     if one is not None:  # targets at a single place: a scalar prediction
@@ -85,8 +89,8 @@ def run_targets(
         return predictions_to_xarray(tgt_ps, empty, empty, list(model.variables),
                                      attrs=ctx.attrs)  # fmt: skip
     targets = model_points(tgt_ps, model, values=False, t=t_target)
-    if hasattr(offset, "with_inputs"):  # a forecast model may see its baseline
-        targets = offset.with_inputs(targets, tgt_ps.s)
+    if hasattr(unscaled(offset), "with_inputs"):  # a forecast model may see its baseline
+        targets = unscaled(offset).with_inputs(targets, tgt_ps.s)
     mean, std = ctx.predict(targets, opts.radius_km)  # float32, as the lazy path
     samples = {}
     if opts.samples is not None:  # joint draws, mapped as the mean is
@@ -101,7 +105,8 @@ def run_targets(
 def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) -> xr.Dataset:
     """The prediction at the points of ``template`` from the observations of one frame."""
     ctx = build_context(model, data, opts)
-    if wanted(opts.calibrate, model, ctx, opts.trend):
+    cross_validated = wanted(opts.calibrate, model, ctx, opts.trend)
+    if cross_validated:
         ctx = calibrated(model, ctx, data, opts)
     out = run_targets(ctx, template, opts)
     if opts.trend is not None:
@@ -109,9 +114,9 @@ def one_time(model: Any, data: xr.Dataset, template: xr.Dataset, opts: Options) 
     if ctx.std_scale is not None:
         factors = ", ".join(f"{v} × {f:.3f}" for v, f in zip(ctx.model.variables, ctx.std_scale,
                                                               strict=True))  # fmt: skip
-        out.attrs["xnp_calibration"] = (
-            f"predictive std rescaled by {FOLDS}-fold cross-validation on the context: {factors}"
-        )
+        how = f"{FOLDS}-fold cross-validation on the context" if cross_validated else (
+            "the factor xnp.calibrate fitted on held-out data")  # fmt: skip
+        out.attrs["xnp_calibration"] = f"predictive std rescaled by {how}: {factors}"
     return out
 
 

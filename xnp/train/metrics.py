@@ -20,7 +20,7 @@ from flax import nnx
 
 from xnp.models.likelihoods import gaussian_nll
 
-__all__ = ["batch_scores", "eval_step", "make_eval_step"]
+__all__ = ["batch_scores", "eval_step", "make_eval_step", "std_factors"]
 
 _Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 
@@ -28,8 +28,9 @@ _Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 def make_eval_step(graphdef: nnx.GraphDef) -> Callable[[nnx.State, Any], dict[str, jax.Array]]:
     """A jitted ``evaluate(params, batch)`` returning sums over the batch's valid targets.
 
-    The sums (``nll``, per-channel ``sq_err`` ``[Dy]``, ``covered``, ``count``) add
-    up over batches, so metrics over a validation set are exact ratios of totals.
+    The sums (``nll``, per-channel ``sq_err`` and ``sq_z`` ``[Dy]``, ``covered``,
+    ``count``, per-channel ``channel_count``) add up over batches, so metrics over a
+    validation set are exact ratios of totals.
     """
 
     def evaluate(params: nnx.State, batch: Any) -> dict[str, jax.Array]:
@@ -42,6 +43,7 @@ def make_eval_step(graphdef: nnx.GraphDef) -> Callable[[nnx.State, Any], dict[st
         return {
             "nll": gaussian_nll(mean, std, batch.y, batch.target.mask) * count,
             "sq_err": jnp.sum(jnp.square(batch.y - mean) * mask, axis=(0, 1)),
+            "sq_z": jnp.sum(jnp.square(jnp.where(mask > 0, z, 0.0)) * mask, axis=(0, 1)),
             "covered": jnp.sum(covered * mask),
             "count": count,
             "channel_count": jnp.sum(mask, axis=(0, 1)),
@@ -72,13 +74,48 @@ def batch_scores(
     the process after 40 s.  Validation is rare, so the lost overlap costs
     nothing.
     """
+    totals = _totals(evaluate, params, batches)
+    if not totals:
+        return float("nan"), [float("nan")] * np.size(scale), float("nan")
+    count = max(float(totals["count"]), 1.0)
+    rmse = np.sqrt(totals["sq_err"] / np.maximum(totals["channel_count"], 1.0)) * scale
+    return float(totals["nll"]) / count, rmse.tolist(), float(totals["covered"]) / count
+
+
+def std_factors(evaluate: Callable, params: nnx.State, batches: Sequence[Any]) -> np.ndarray:
+    """Per-channel factors ``[Dy]`` of the predictive std that best fit ``batches``.
+
+    The root mean square of the standardised errors ``z = (y − μ) / σ`` over the
+    valid targets of each channel: multiplying σ by it minimises the Gaussian NLL
+    of those targets (for fixed μ, the NLL's minimum over a common factor ``c`` of
+    σ is at ``c² = mean z²``).  A channel without a valid target gets NaN.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> import jax.numpy as jnp
+    >>> def fake(params, batch):  # z = 2 everywhere: the std was half what it should be
+    ...     return {"sq_z": jnp.array([8.0]), "channel_count": jnp.array([2.0])}
+    >>> std_factors(fake, None, [SimpleNamespace()]).tolist()
+    [2.0]
+    """
+    totals = _totals(evaluate, params, batches)
+    if not totals:
+        raise ValueError("std_factors needs at least one batch")
+    count = np.asarray(totals["channel_count"], np.float64)
+    sq_z = np.asarray(totals["sq_z"], np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, np.sqrt(sq_z / np.maximum(count, 1.0)), np.nan)
+
+
+def _totals(evaluate: Callable, params: nnx.State, batches: Sequence[Any]) -> dict[str, Any]:
+    """The sums of ``evaluate`` over ``batches`` as numpy arrays (empty: no batch).
+
+    Each batch's sums are awaited before the next is dispatched (see
+    :func:`batch_scores`).
+    """
     totals: dict[str, Any] = {}
     for batch in batches:
         sums = jax.block_until_ready(evaluate(params, batch))
         totals = sums if not totals else jax.tree.map(jnp.add, totals, sums)
-    if not totals:
-        return float("nan"), [float("nan")] * np.size(scale), float("nan")
-    totals = jax.tree.map(np.asarray, totals)
-    count = max(float(totals["count"]), 1.0)
-    rmse = np.sqrt(totals["sq_err"] / np.maximum(totals["channel_count"], 1.0)) * scale
-    return float(totals["nll"]) / count, rmse.tolist(), float(totals["covered"]) / count
+    return jax.tree.map(np.asarray, totals)
