@@ -105,14 +105,19 @@ def test_inputs_go_before_the_source_channels():
     assert off.with_inputs(points, s) is points
 
 
-@pytest.fixture(scope="module")
-def fitted(data):
+def tiny_fit(data):
+    """Two steps of a tiny BSA-TNP shown its autoregressive baseline, on days 0–80 h."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return data.isel(time=slice(0, 80)).np.fit(
             "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2,
             validation=None, tasks=TASK,
         )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return tiny_fit(data)
 
 
 def test_a_fitted_model_takes_the_channel_and_forecasts_alike_eager_lazy_saved(

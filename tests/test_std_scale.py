@@ -6,16 +6,15 @@ import warnings
 import numpy as np
 import pytest
 from test_autoregressive_baseline import drifting_grid
+from test_baseline_input import tiny_fit
 
 import xnp
 from xnp.api.calibrate import calibrate
 from xnp.api.sizes import fixed_batch
 from xnp.data.sampler import TaskSampler
-from xnp.data.tasks import ForecastTasks, SpatialTasks
+from xnp.data.tasks import SpatialTasks
 from xnp.errors import ConfigError, EmptyDataError
 from xnp.train.metrics import eval_step, std_factors
-
-TASK = ForecastTasks(frames=3, step=3, lead=6, baseline="autoregressive", baseline_input=True)
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +24,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def fitted(data):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return data.isel(time=slice(0, 80)).np.fit(
-            "t2m", model="bsa-tnp-tiny", progress=False, steps=2, batch_size=2,
-            validation=None, tasks=TASK,
-        )  # fmt: skip
+    return tiny_fit(data)
 
 
 def _tasks(model, held, n):
