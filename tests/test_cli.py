@@ -14,7 +14,7 @@ from xnp.errors import XnpError
 from xnp.storage import write_dataset
 
 PNG = b"\x89PNG\r\n\x1a\n"
-COMMANDS = ("demo", "fit", "predict", "evaluate", "place")
+COMMANDS = ("demo", "fit", "predict", "evaluate", "calibrate", "place")
 
 
 def run(capsys, *argv):

@@ -111,3 +111,19 @@ def test_what_cannot_be_calibrated_says_what_to_do(data, fitted):
         calibrate("a model", data)
     with pytest.raises(EmptyDataError, match="no complete task"):
         calibrate(fitted, data.isel(time=slice(0, 4)))
+
+
+def test_the_cli_saves_the_model_with_its_factor(data, fitted, tmp_path, capsys):
+    from xnp.cli import main
+
+    held = data.isel(time=slice(60, 96))
+    held.to_netcdf(tmp_path / "held.nc")
+    src = fitted.save(tmp_path / "model")
+    status = main(["calibrate", str(src), str(tmp_path / "held.nc"), "--out",
+                   str(tmp_path / "tuned"), "--batches", "2"])  # fmt: skip
+    assert status == 0
+    assert "t2m ×" in capsys.readouterr().out
+    saved = xnp.load(tmp_path / "tuned")
+    np.testing.assert_allclose(saved.std_scale, calibrate(fitted, held, batches=2).std_scale,
+                               rtol=1e-5)  # fmt: skip
+    assert main(["calibrate", str(src), str(tmp_path / "held.nc"), "--out", str(src)]) == 2

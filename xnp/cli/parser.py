@@ -32,7 +32,7 @@ from xnp.cli.options import (
     quantity,
 )
 from xnp.cli.parser_base import EPILOG, Formatter, add_common, command
-from xnp.cli.parser_scores import add_evaluate, add_place
+from xnp.cli.parser_scores import add_calibrate, add_evaluate, add_place
 
 __all__ = ["EPILOG", "build_parser"]
 
@@ -465,6 +465,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the full traceback when a command fails"
     )
     subs = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_fit, _add_predict, add_evaluate, add_place):
+    for add in (_add_demo, _add_fit, _add_predict, add_evaluate, add_calibrate, add_place):
         add(subs)
     return parser

@@ -1,6 +1,7 @@
-"""The parsers of ``xnp evaluate`` and ``xnp place``.
+"""The parsers of ``xnp evaluate``, ``xnp calibrate`` and ``xnp place``.
 
-Scoring a prediction, and choosing new observation sites.
+Scoring a prediction, fitting a model's std to held-out data, and choosing new
+observation sites.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 from xnp.cli.options import parse_names, positive_int
 from xnp.cli.parser_base import EPILOG, Formatter, add_common, command
 
-__all__ = ["add_evaluate", "add_place"]
+__all__ = ["add_calibrate", "add_evaluate", "add_place"]
 
 
 def add_evaluate(subs: Any) -> None:
@@ -45,6 +46,26 @@ def add_evaluate(subs: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     add_common(p)
     p.set_defaults(func=command("evaluate_command", "run_evaluate"), _parser=p)
+
+
+def add_calibrate(subs: Any) -> None:
+    """Add ``xnp calibrate`` to the subcommands ``subs``."""
+    p = subs.add_parser(
+        "calibrate", help="fit a model's predictive std to held-out data",
+        description="Fit one factor per variable of the predictive std of MODEL to the "
+        "held-out DATA (tasks drawn as the fit drew its validation tasks; the factor that "
+        "minimises their NLL), print it and save the model with it to --out "
+        "(xnp.calibrate).  Every prediction of the saved model uses it.",
+        epilog=EPILOG, formatter_class=Formatter,
+    )  # fmt: skip
+    p.add_argument("model", metavar="MODEL", help="a model directory written by xnp fit")
+    p.add_argument("data", metavar="DATA", help="held-out data: netCDF file or zarr store")
+    p.add_argument("--out", metavar="DIR", required=True, help="where to save the model")
+    p.add_argument("--batches", type=positive_int, default=8, metavar="N",
+                   help="batches of tasks to draw (default: %(default)s)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seeds the tasks (default: %(default)s)")
+    add_common(p)
+    p.set_defaults(func=command("calibrate_command", "run_calibrate"), _parser=p)
 
 
 def add_place(subs: Any) -> None:
