@@ -185,6 +185,7 @@ def fitted_model(
     weight_decay: float = 1e-4,
     seed: int = 0,
     baseline_input: bool = False,
+    learning_rate: float | None = None,
 ) -> tuple[xnp.NeuralProcess, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -202,13 +203,14 @@ def fitted_model(
         ffn_hidden=64, head_hidden=(64,), n_basis_space=5, n_basis_time=3,
         spatial_scale=SPATIAL_SCALE_KM,
     )  # fmt: skip
-    learning_rate = 3e-3
+    default_rate = 3e-3
     if kind == "swin-tnp":  # its grid encoder is linear in the points: it sees them all
         lat, lon = np.meshgrid(era5.latitude.values, era5.longitude.values, indexing="ij")
         config = swin_grid_for(SwinTNPConfig(**SWIN), lat, lon)
         n_cells = lat.size
         max_context, max_targets = FRAMES * n_cells, SWIN_TARGETS
-        learning_rate = 1e-3
+        default_rate = 1e-3
+    learning_rate = default_rate if learning_rate is None else learning_rate
     # max_context is set explicitly: fit pads the context to frames × cells otherwise,
     # even when context_fraction keeps only 10 % of them
     tasks = ForecastTasks(frames=FRAMES, step=STEP, lead=LEAD, context_fraction=fraction,
@@ -229,6 +231,7 @@ def fitted_model(
             and run["train_config"].get("ema", 0.0) == ema
             and run["train_config"]["weight_decay"] == weight_decay
             and run.get("seed", 0) == seed
+            and run.get("learning_rate") == learning_rate
             and (baseline != SPATIAL or np.allclose(
                 model.baseline.neighbourhood, scales_km(np.stack(np.meshgrid(
                     era5.latitude, era5.longitude, indexing="ij"), -1).reshape(-1, 2), fraction)))
