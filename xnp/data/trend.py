@@ -84,10 +84,14 @@ def gls_covariance(x: np.ndarray, range_factor: float, nugget: float) -> np.ndar
     ((3, 3), True, True)
     """
     x = np.asarray(x, np.float64)
-    d = scipy.spatial.distance.cdist(x, x)
-    r = range_factor * rms_spread(x)
-    corr = np.exp(-d / r) if r > 0 else np.ones_like(d)  # all at one place: one value
+    corr = _exp_correlation(x, x, range_factor * rms_spread(x))
     return corr + nugget * np.eye(len(x))
+
+
+def _exp_correlation(a: np.ndarray, b: np.ndarray, r: float) -> np.ndarray:
+    """``exp(-d / r)`` ``[N, M]`` between points ``a`` and ``b``; all ones when ``r`` is 0."""
+    d = scipy.spatial.distance.cdist(a, b)
+    return np.exp(-d / r) if r > 0 else np.ones_like(d)  # all at one place: one value
 
 
 class Offset(Protocol):
@@ -332,9 +336,7 @@ class Trend:
         if new is not None:
             new = np.asarray(new, np.float64)
             where_new = unit_vectors(new) if self.spherical else new
-            r = _RANGE * rms_spread(where)
-            dist = scipy.spatial.distance.cdist(where, where_new)
-            k = np.exp(-dist / r) if r > 0 else np.ones_like(dist)  # [N, M]
+            k = _exp_correlation(where, where_new, _RANGE * rms_spread(where))  # [N, M]
             schur = 1.0 + _NUGGET - np.sum(k * scipy.linalg.cho_solve(factor, k), axis=0)
             u = ca.T @ k - self._design(where_new, self.basis, self.origin).T  # [P, M]
             gram = gram + np.einsum("pm,qm->mpq", u, u) / schur[:, None, None]
