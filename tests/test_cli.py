@@ -693,3 +693,28 @@ def test_options_are_not_silently_ignored(capsys, files, tmp_path, monkeypatch):
                          "--validation", "2000-01-02/")  # fmt: skip
     assert status == 1
     assert "--validation 2000-01-02/ holds out times, but the data has no time axis" in err
+
+
+def test_fit_an_ensemble_and_predict_with_it(capsys, files, tmp_path):
+    out = tmp_path / "ensemble"
+    argv = ["fit", files / "data.nc", "field", "--out", out, "--model", "bsa-tnp-tiny",
+            "--steps", "2", "--batch-size", "3", "--max-points", "32", "--validation", "0",
+            "--members", "2", "--seed", "7", "--no-progress", "--quiet"]  # fmt: skip
+    status, _, err = run(capsys, *argv)
+    assert status == 0, err
+    ensemble = xnp.load(out)
+    assert isinstance(ensemble, xnp.Ensemble)
+    assert [m.training["seed"] for m in ensemble.members] == [7, 8]
+    status, _, err = run(capsys, *argv)  # an ensemble's folder may be replaced
+    assert status == 0, err
+    status, _, err = run(capsys, "predict", out, files / "data.nc", "--out",
+                         tmp_path / "pred.nc", "--time", "2000-01-01T12:00",
+                         "--no-progress")  # fmt: skip
+    assert status == 0, err
+    with xr.open_dataset(tmp_path / "pred.nc") as pred:
+        assert "2 members" in pred.attrs["xnp_ensemble"]
+        assert np.isfinite(pred["field_std"].values).all()
+    status, _, err = run(capsys, "fit", files / "data.nc", "field", "--out", out,
+                         "--members", "0")  # fmt: skip
+    assert status != 0
+    assert "--members" in err

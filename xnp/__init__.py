@@ -17,6 +17,7 @@ from xnp.errors import CheckpointError, XnpError, XnpWarning
 
 __all__ = [
     "CheckpointError",
+    "Ensemble",
     "NPDataArrayAccessor",
     "NPDatasetAccessor",
     "NeuralProcess",
@@ -42,6 +43,7 @@ __all__ = [
 __getattr__, __dir__ = exports(
     __name__,
     {
+        "Ensemble": "xnp.ensemble:Ensemble",
         "NPDataArrayAccessor": "xnp.accessor:NPDataArrayAccessor",
         "NPDatasetAccessor": "xnp.accessor:NPDatasetAccessor",
         "NeuralProcess": "xnp.neural_process:NeuralProcess",
@@ -54,7 +56,7 @@ __getattr__, __dir__ = exports(
         "datasets": "xnp.datasets",
         "evaluate": "xnp.scoring.evaluation:evaluate",
         "fit": "xnp.api.fit:fit",
-        "load": "xnp.neural_process:load",
+        "load": "xnp.ensemble:load",
         "plot": "xnp.plot",
         "predict": "xnp.api.predict:predict",
         "pretrained": "xnp.shipped:pretrained",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 if TYPE_CHECKING:
+    from xnp.ensemble import Ensemble
     from xnp.neural_process import NeuralProcess
     from xnp.train.settings import TrainConfig
 
@@ -157,7 +158,8 @@ class NPDatasetAccessor(_NPAccessor):
         context_sources: dict[str, Any] | None = None,
         time_budget: str | float | None = None,
         trend: str | None = None,
-    ) -> NeuralProcess:
+        members: int = 1,
+    ) -> NeuralProcess | Ensemble:
         """Train a neural process to predict ``variable``; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
 
@@ -166,7 +168,7 @@ class NPDatasetAccessor(_NPAccessor):
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
             config=config, context_sources=context_sources, time_budget=time_budget,
-            trend=trend,
+            trend=trend, members=members,
         )  # fmt: skip
 
 
@@ -208,7 +210,8 @@ class NPDataArrayAccessor(_NPAccessor):
         context_sources: dict[str, Any] | None = None,
         time_budget: str | float | None = None,
         trend: str | None = None,
-    ) -> NeuralProcess:
+        members: int = 1,
+    ) -> NeuralProcess | Ensemble:
         """Train a neural process on this DataArray; see :func:`xnp.fit`."""
         from xnp.api.fit import fit
 
@@ -217,5 +220,5 @@ class NPDataArrayAccessor(_NPAccessor):
             batch_size=batch_size, learning_rate=learning_rate, validation=validation,
             seed=seed, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
             config=config, context_sources=context_sources, time_budget=time_budget,
-            trend=trend,
+            trend=trend, members=members,
         )  # fmt: skip

@@ -45,12 +45,23 @@ from xnp.models.registry import config_from_dict, config_to_dict
 from xnp.train.checkpoints import CheckpointDir
 from xnp.train.state import history_lists
 
-__all__ = ["FORMAT", "check_outputs", "is_saved_model", "metadata", "read_model", "write_model"]
+__all__ = [
+    "ENSEMBLE_FILE",
+    "ENSEMBLE_FORMAT",
+    "FORMAT",
+    "check_outputs",
+    "is_saved_model",
+    "metadata",
+    "read_model",
+    "write_model",
+]
 
 #: Format tag of a model directory's config.json.
 FORMAT = "xnp.model/1"
 #: The file of a forecast model's diurnal climatology.
 BASELINE_FILE = "baseline.safetensors"
+#: The file naming an ensemble's members (:class:`xnp.Ensemble`), and its format tag.
+ENSEMBLE_FILE, ENSEMBLE_FORMAT = "ensemble.json", "xnp.ensemble/1"
 
 
 def check_outputs(config: Any, variables: tuple[str, ...]) -> None:
@@ -129,6 +140,11 @@ def read_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
     directory = Path(path).expanduser()
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory: nothing to load.")
+    if (directory / ENSEMBLE_FILE).exists():
+        raise CheckpointError(
+            f"{directory} is an ensemble of models ({ENSEMBLE_FILE}), not one model: load it "
+            "with xnp.load, which returns an xnp.Ensemble."
+        )
     if not (directory / "config.json").exists():
         latest = CheckpointDir(directory, writable=False).latest()
         if latest is not None:

@@ -19,6 +19,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from xnp.ensemble import Ensemble
+from xnp.ensemble import load as load_any
 from xnp.errors import ConfigError
 from xnp.models.registry import name_key
 from xnp.neural_process import NeuralProcess, load
@@ -76,13 +78,13 @@ def _lookup(name: object, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if name_key(n) == key), None)
 
 
-def resolve_model(spec: str | os.PathLike) -> NeuralProcess:
+def resolve_model(spec: str | os.PathLike) -> NeuralProcess | Ensemble:
     """The model ``spec`` names: a saved model directory or a pretrained model's name.
 
-    A directory written by :meth:`~xnp.NeuralProcess.save` (or a checkpoint
-    folder) is loaded; otherwise ``spec`` is looked up among the shipped
-    pretrained models.  A path that exists wins over a pretrained model of the
-    same name; a leading ``~`` is expanded.
+    A directory written by :meth:`~xnp.NeuralProcess.save` or
+    :meth:`~xnp.Ensemble.save` (or a checkpoint folder) is loaded; otherwise
+    ``spec`` is looked up among the shipped pretrained models.  A path that exists
+    wins over a pretrained model of the same name; a leading ``~`` is expanded.
 
     Raises
     ------
@@ -96,7 +98,7 @@ def resolve_model(spec: str | os.PathLike) -> NeuralProcess:
     """
     path = Path(spec).expanduser()
     if path.exists():
-        return load(path)
+        return load_any(path)
     names = available_pretrained()
     found = _lookup(str(spec), names)
     if found is not None:

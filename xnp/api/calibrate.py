@@ -89,6 +89,13 @@ def calibrate(
     >>> tuned.std_scale.shape, model.std_scale is None
     ((1,), True)
     """
+    if hasattr(model, "members") and not isinstance(model, NeuralProcess):
+        raise ConfigError(
+            "calibrate fits one model's std factor; an xnp.Ensemble's std also holds the "
+            "spread between its members, which no member's factor accounts for. Calibrate "
+            "the members' predictions on each context instead (predict(..., calibrate=True)), "
+            "or calibrate one member (ensemble.members[i])."
+        )
     if not isinstance(model, NeuralProcess):
         raise ConfigError(f"calibrate needs a fitted NeuralProcess; got {type(model).__name__}.")
     if model.task is None or "context_size" not in model.training:

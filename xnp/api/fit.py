@@ -40,6 +40,7 @@ from xnp.api.inputs import (
     is_real,
     warn_shared_times,
 )
+from xnp.api.members import fit_members
 from xnp.api.sizes import (
     default_tasks,
     fixed_batch,
@@ -64,6 +65,7 @@ from xnp.data.tasks import (
     task_to_dict,
 )
 from xnp.data.times import is_datetime
+from xnp.ensemble import Ensemble
 from xnp.errors import (
     CheckpointError,
     ConfigError,
@@ -123,7 +125,8 @@ def fit(
     context_sources: Mapping[str, xr.Dataset | xr.DataArray] | None = None,
     time_budget: str | float | None = None,
     trend: str | None = None,
-) -> NeuralProcess:
+    members: int = 1,
+) -> NeuralProcess | Ensemble:
     """Train a neural process on ``data`` to predict ``variable``.
 
     Parameters
@@ -202,11 +205,19 @@ def fit(
         tasks, and the fine-tuned model keeps the pretrained model's own trend
         for prediction (``gp-sphere``'s is ``"linear"``; chosen on validation
         data, :func:`xnp.api.finetune.fit_trend`); ``"none"``: no trend at all.
+    members : int
+        Fit this many models with seeds ``seed``, ``seed + 1``, ... and return them
+        as one :class:`xnp.Ensemble`, which predicts the equal mixture of their
+        predictions (a deep ensemble: a fit on a few days of data depends on its
+        seed, and the mixture averages that away).  ``time_budget`` is the
+        ensemble's, shared equally; ``steps`` is each member's; member ``i``
+        checkpoints to ``checkpoint_dir/member-i`` (:mod:`xnp.api.members`).
 
     Returns
     -------
-    NeuralProcess
-        The trained model, with its training history in ``history_``.
+    NeuralProcess or Ensemble
+        The trained model, with its training history in ``history_``; an
+        :class:`xnp.Ensemble` of them with ``members`` above 1.
 
     Examples
     --------
@@ -224,6 +235,15 @@ def fit(
     >>> model.history_.sizes["step"], model.variables
     (2, ('field',))
     """
+    if isinstance(members, bool) or not (isinstance(members, int | np.integer) and members == 1):
+        arguments = {
+            "model": model, "covariates": covariates, "tasks": tasks, "steps": steps,
+            "batch_size": batch_size, "learning_rate": learning_rate, "validation": validation,
+            "seed": seed, "checkpoint_dir": checkpoint_dir, "resume": resume,
+            "progress": progress, "config": config, "context_sources": context_sources,
+            "time_budget": time_budget, "trend": trend,
+        }  # fmt: skip
+        return fit_members(lambda **kw: fit(data, variable, **kw), members, arguments)
     t0 = time.perf_counter()
     config = config or TrainConfig()
     if isinstance(data, xr.DataArray):

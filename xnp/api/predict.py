@@ -38,6 +38,7 @@ from typing import Any
 
 import xarray as xr
 
+from xnp.ensemble import Ensemble
 from xnp.prediction import predict_with
 from xnp.shipped import resolve_model
 
@@ -68,13 +69,15 @@ def predict(
 
     Parameters
     ----------
-    model : NeuralProcess, path or str
+    model : NeuralProcess, Ensemble, path or str
         A fitted (or loaded) model, a saved model's directory, or the name of a
-        pretrained model (:func:`xnp.available_pretrained`).  A zero-shot model
-        standardises each context set by its own statistics and, if it records a
-        working size (``training["context_rms_km"]``, as ``gp-sphere`` does), sees
-        each context's distances rescaled to it
-        (:meth:`~xnp.NeuralProcess.with_distance_scale`).
+        pretrained model (:func:`xnp.available_pretrained`).  An
+        :class:`xnp.Ensemble` (``fit(..., members=k)``) predicts with each member
+        and returns the moments of their equal mixture
+        (:mod:`xnp.prediction.mixture`).  A zero-shot model standardises each
+        context set by its own statistics and, if it records a working size
+        (``training["context_rms_km"]``, as ``gp-sphere`` does), sees each
+        context's distances rescaled to it (:meth:`~xnp.NeuralProcess.with_distance_scale`).
     data : Dataset or DataArray
         Observations used as context (missing values are skipped); never modified.
         An unnamed DataArray is taken as the model's (single) variable.
@@ -204,10 +207,13 @@ def predict(
     """
     if isinstance(model, str | os.PathLike):
         model = resolve_model(model)
-    return predict_with(
-        model, data, targets, time=time, lead_time=lead_time, context_radius=context_radius,
-        chunks=chunks, memory_budget=memory_budget, progress=progress,
-        context_sources=context_sources, trend=trend, samples=samples,
-        sample_step=sample_step, seed=seed, max_context=max_context, calibrate=calibrate,
-        background=background,
-    )  # fmt: skip
+    options = {
+        "time": time, "lead_time": lead_time, "context_radius": context_radius,
+        "chunks": chunks, "memory_budget": memory_budget, "progress": progress,
+        "context_sources": context_sources, "trend": trend, "samples": samples,
+        "sample_step": sample_step, "seed": seed, "max_context": max_context,
+        "calibrate": calibrate, "background": background,
+    }  # fmt: skip
+    if isinstance(model, Ensemble):
+        return model.predict(data, targets, **options)
+    return predict_with(model, data, targets, **options)

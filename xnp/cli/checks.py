@@ -71,8 +71,9 @@ def zero_shot_context(model: Any, context: xr.Dataset, variable: str | None) -> 
 def check_model_out(path: Path) -> None:
     """Raise unless a model can be saved to ``path`` (checked before training).
 
-    :meth:`xnp.NeuralProcess.save` replaces only an xnp model directory (or an
-    empty one); finding that out after hours of training would be too late.
+    :meth:`xnp.NeuralProcess.save` (and :meth:`xnp.Ensemble.save`) replaces only
+    an xnp model or ensemble directory (or an empty one); finding that out after
+    hours of training would be too late.
 
     Parameters
     ----------
@@ -84,17 +85,18 @@ def check_model_out(path: Path) -> None:
     NotADirectoryError
         If a file is in the way of its folder.
     CheckpointError
-        If ``path`` exists and is not an xnp model directory (nor empty).
+        If ``path`` exists and is not an xnp model or ensemble directory (nor empty).
     """
     from xnp.files import check_replaceable
 
-    def is_saved_model(directory: Path) -> bool:  # imported only for an existing folder
+    def is_saved(directory: Path) -> bool:  # imported only for an existing folder
+        from xnp.ensemble import is_saved_ensemble
         from xnp.saved_model import is_saved_model
 
-        return is_saved_model(directory)
+        return is_saved_model(directory) or is_saved_ensemble(directory)
 
     check_parent(path)
-    check_replaceable(path, "config.json", recognise=is_saved_model)
+    check_replaceable(path, ("config.json", "ensemble.json"), recognise=is_saved)
 
 
 def open_sources(args: argparse.Namespace, files: contextlib.ExitStack) -> dict | None:

@@ -98,7 +98,7 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
         resume=args.resume, progress=args.progress,
         config=train_config(args.steps or (500 if args.start else 2000), ema=args.ema),
-        context_sources=open_sources(args, files),
+        context_sources=open_sources(args, files), members=args.members,
     )  # fmt: skip
     path = model.save(out)
     for line in repr(model).splitlines():

@@ -224,6 +224,15 @@ def _add_fit(subs: Any) -> None:
         "schedule laid over it (--steps then caps it; default: no budget)",
     )
     p.add_argument(
+        "--members",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="fit K models with seeds SEED, SEED+1, ... and save them as one ensemble, "
+        "which predicts the mixture of their predictions; --time-budget is shared "
+        "between them (default: %(default)s)",
+    )
+    p.add_argument(
         "--max-points",
         type=positive_int,
         default=None,

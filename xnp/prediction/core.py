@@ -33,6 +33,11 @@ __all__ = ["check_model", "predict_with", "resolve_trend", "with_context"]
 
 def check_model(model: Any) -> Any:
     """``model`` if it is a model object, else a :class:`~xnp.errors.ConfigError`."""
+    if hasattr(model, "members") and not hasattr(model, "params_"):
+        raise ConfigError(
+            "this needs one model, and an xnp.Ensemble is several: xnp.predict mixes its "
+            "members' predictions; for anything else use one member (ensemble.members[0])."
+        )
     if not all(hasattr(model, a) for a in ("variables", "normaliser", "params_")):
         raise ConfigError(
             f"model must be a NeuralProcess (from fit, xnp.load or xnp.pretrained), a model "
