@@ -236,12 +236,15 @@ def load(path: str | os.PathLike) -> NeuralProcess | Ensemble:
     >>> import xnp
     >>> from xnp.models.config import BSATNPConfig
     >>> from xnp.data.normalise import Normaliser, Stats
-    >>> model = xnp.NeuralProcess.init(
-    ...     BSATNPConfig.tiny(), Normaliser({"v": Stats(0.0, 1.0)}), ["v"]
+    >>> norm = Normaliser({"v": Stats(0.0, 1.0)})
+    >>> pair = Ensemble(
+    ...     [xnp.NeuralProcess.init(BSATNPConfig.tiny(), norm, ["v"], seed=s) for s in (0, 1)]
     ... )
-    >>> path = model.save(tempfile.mkdtemp() + "/model")
-    >>> load(path).num_params == model.num_params
-    True
+    >>> folder = pair.save(tempfile.mkdtemp() + "/pair")
+    >>> sorted(p.name for p in folder.iterdir())
+    ['ensemble.json', 'member-0', 'member-1']
+    >>> type(load(folder)).__name__, type(load(folder / "member-1")).__name__
+    ('Ensemble', 'NeuralProcess')
     """
     directory = Path(path).expanduser()
     file = directory / ENSEMBLE_FILE

@@ -86,11 +86,13 @@ BASELINE, REGRESSION = "persistence+diurnal", "autoregressive"
 #: The regression that also reads the neighbourhood (issue 27; xnp.data.neighbours).
 SPATIAL = "autoregressive+spatial"
 #: The xnp variants of each case: (baseline, model, whether the network sees the
-#: baseline as input: ``ForecastTasks(baseline_input=True)``).
-VARIANTS = ((None, "bsa-tnp", False), (BASELINE, "bsa-tnp", False),
-            (BASELINE, "swin-tnp", False), (REGRESSION, "bsa-tnp", False),
-            (REGRESSION, "swin-tnp", False), (SPATIAL, "bsa-tnp", False),
-            (REGRESSION, "bsa-tnp", True), (SPATIAL, "bsa-tnp", True))  # fmt: skip
+#: baseline as input: ``ForecastTasks(baseline_input=True)``, ensemble members:
+#: ``fit(..., members=k)``, sharing the budget).
+VARIANTS = ((None, "bsa-tnp", False, 1), (BASELINE, "bsa-tnp", False, 1),
+            (BASELINE, "swin-tnp", False, 1), (REGRESSION, "bsa-tnp", False, 1),
+            (REGRESSION, "swin-tnp", False, 1), (SPATIAL, "bsa-tnp", False, 1),
+            (REGRESSION, "bsa-tnp", True, 1), (SPATIAL, "bsa-tnp", True, 1),
+            (SPATIAL, "bsa-tnp", True, 2))  # fmt: skip
 #: Its wall-clock training budget per case (minutes): ConvNP's, which was set to the fit
 #: time of xnp's first models (the era5_forecast_deepsensor section).
 BUDGET_MIN = {"10 %": 9.7, "100 %": 11.0}
@@ -115,8 +117,14 @@ CALIBRATION_BATCHES = 16
 CASES = {"10 %": (0.1, 768, 256), "100 %": (1.0, 1024, 256)}
 
 
-def model_label(model: xnp.NeuralProcess) -> str:
+def model_label(model: xnp.NeuralProcess | xnp.Ensemble) -> str:
     """The table's name of an xnp model: its baseline, steps and budget."""
+    if isinstance(model, xnp.Ensemble):
+        one = model_label(model.members[0])
+        steps = " + ".join(str(m.training["step"]) for m in model.members)
+        budget = sum(m.training["time_budget_s"] for m in model.members) / 60
+        return (one.split(" (")[0] + f", ensemble of {len(model)} ({steps} steps, "
+                f"{budget:.1f} min budget in all" + one.split(" min budget")[1])  # fmt: skip
     run = model.training
     kind = "Swin-TNP" if run["model"]["kind"] == "swin-tnp" else "BSA-TNP"
     if model.baseline is None:
@@ -138,6 +146,8 @@ def conditioned_points(model: xnp.NeuralProcess) -> int | None:
     model of the field itself needs every observation; a Swin-TNP sees them all
     in training too.
     """
+    if isinstance(model, xnp.Ensemble):
+        return conditioned_points(model.members[0])
     run = model.training
     if model.baseline is None or run["model"]["kind"] == "swin-tnp":
         return None
@@ -186,16 +196,20 @@ def fitted_model(
     seed: int = 0,
     baseline_input: bool = False,
     learning_rate: float | None = None,
-) -> tuple[xnp.NeuralProcess, bool]:
+    members: int = 1,
+) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
     With ``baseline`` the model predicts the change from it; with ``budget``
     (seconds) it trains for that wall-clock time (``steps`` then caps it).  ``kind``
     "swin-tnp" fits a Swin-TNP on every context point and up to a full frame of targets.
+    ``members`` above 1 fits an ensemble (seeds ``seed``, ``seed + 1``, ...) sharing
+    the budget.
     """
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
     suffix += "_in" if baseline_input else ""
+    suffix += f"_ens{members}" if members > 1 else ""
     path = cache / ("frac" + str(round(100 * fraction)) + suffix
                     + ("_swin" if kind == "swin-tnp" else ""))  # fmt: skip
     config = BSATNPConfig.tiny(
@@ -217,11 +231,15 @@ def fitted_model(
                           max_context=max_context, max_targets=max_targets,
                           baseline=baseline, baseline_input=baseline_input)  # fmt: skip
     if path.exists() and not retrain:
-        model = xnp.load(path)
+        loaded = xnp.load(path)
+        count = len(loaded) if isinstance(loaded, xnp.Ensemble) else 1
+        model = loaded.members[0] if isinstance(loaded, xnp.Ensemble) else loaded
+        share = None if budget is None else budget / members
         run = model.training
         same = (
-            run.get("steps") == steps
-            and run.get("time_budget_s") == budget
+            count == members
+            and run.get("steps") == steps
+            and run.get("time_budget_s") == share
             and run["model"]["config"].get("spatial_scale", SPATIAL_SCALE_KM) == SPATIAL_SCALE_KM
             and run["model"]["kind"] == kind
             and run["task"]["max_context"] == max_context
@@ -237,7 +255,7 @@ def fitted_model(
                     era5.latitude, era5.longitude, indexing="ij"), -1).reshape(-1, 2), fraction)))
         )  # fmt: skip
         if same:
-            return model, False
+            return loaded, False
         print(f"the cached {case} model was fitted with other settings: refitting")
     train = era5.isel(time=slice(0, TRAIN_END))
     validation = validation_days(era5)
@@ -246,11 +264,13 @@ def fitted_model(
     model = train.np.fit(
         "t2m", model=config, covariates=["hour_of_day"], tasks=tasks, steps=steps,
         learning_rate=learning_rate, batch_size=8, validation=validation, time_budget=budget,
-        seed=seed,
+        seed=seed, members=members,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
                            validation_batches=4, ema=ema, weight_decay=weight_decay),
     )  # fmt: skip
-    print(f"fitted {model.training['step']} steps in {model.training['seconds']:.0f} s")
+    run = model.training
+    done = run["steps"] if isinstance(model, xnp.Ensemble) else run["step"]
+    print(f"fitted {done} steps in {run['seconds']:.0f} s")
     model.save(path)
     return model, True
 
@@ -512,7 +532,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="steps per model (200; 20 with --quick)")
     parser.add_argument("--retrain", action="store_true", help="refit the cached models")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
-    names = {f"{b or 'none'}:{k}" + ("+input" if i else ""): (b, k, i) for b, k, i in VARIANTS}
+    names = {f"{b or 'none'}:{k}" + ("+input" if i else "") + (f"x{n}" if n > 1 else ""):
+             (b, k, i, n) for b, k, i, n in VARIANTS}  # fmt: skip
     parser.add_argument("--variants", nargs="+", metavar="BASELINE:MODEL", choices=list(names),
                         help="only these xnp variants, e.g. autoregressive:bsa-tnp (then "
                         "nothing is written to the docs)")  # fmt: skip
@@ -541,7 +562,7 @@ def main() -> None:
         test_context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
         entries = {}
         budget = (1.0 if args.quick else BUDGET_MIN[case]) * 60.0
-        for baseline, kind, inputs in xnp_variants:
+        for baseline, kind, inputs, members in xnp_variants:
             if baseline is None:
                 model, fitted_now = fitted_model(era5, case, steps, args.retrain, cache)
             else:
@@ -555,18 +576,21 @@ def main() -> None:
                     budget=budget,
                     kind=kind,
                     baseline_input=inputs,
+                    members=members,
                     weight_decay=AR_WEIGHT_DECAY[case]
                     if (baseline, kind) in ((REGRESSION, "bsa-tnp"), (SPATIAL, "bsa-tnp"))
                     else TrainConfig().weight_decay,
                 )
             factor = None
-            if baseline is not None:  # the std factor, fitted on the validation days
+            ensemble = isinstance(model, xnp.Ensemble)  # (xnp.calibrate takes one model)
+            if baseline is not None and not ensemble:  # the std factor, from the validation days
                 model = xnp.calibrate(model, validation_days(era5), batches=CALIBRATION_BATCHES)
                 factor = float(model.std_scale[0])
             fit_seconds += model.training["seconds"]
             fitted_seconds += model.training["seconds"] if fitted_now else 0.0
             label = model_label(model)
-            trained[f"{case}, {label}"] = model
+            for i, member in enumerate(model.members if ensemble else [model]):
+                trained[f"{case}, {label}" + (f", member {i}" if ensemble else "")] = member
             cap = conditioned_points(model)
             xnp.predict(model, test_context, time=inits[:1], max_context=cap)  # compile
             start = time.perf_counter()

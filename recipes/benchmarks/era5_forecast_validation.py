@@ -60,7 +60,11 @@ def main() -> None:
         pred = xnp.predict(model, context, time=inits, max_context=cap)
         sec = (time.perf_counter() - t0) / inits.size
         run = model.training
-        rows[f"{path} (step {run.get('best_step') or run['step']})"] = (pred, sec)
+        if isinstance(model, xnp.Ensemble):
+            best = " + ".join(str(b) for b in run["best_steps"])
+        else:
+            best = run.get("best_step") or run["step"]
+        rows[f"{path} (step {best})"] = (pred, sec)
     diurnal = DiurnalPersistence(era5, fraction)
     rows["persistence + mean diurnal change"] = (diurnal.predict(history, inits, era5), 0.0)
     regression = Autoregressive(era5, fraction, diurnal)
