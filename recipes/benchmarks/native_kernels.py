@@ -145,7 +145,9 @@ def section(results, repeats: int, xla_exp: float) -> str:
             f"**{xla / nat:.2f}×** |"
         )
     table = "\n".join(rows)
-    return f"""## Native CPU kernels of the RBF bias (`recipes/benchmarks/native_kernels.py`)
+    width = "AVX-512, 16 floats a vector" if avx512() else "no AVX-512, 8 floats a vector"
+    script = "`recipes/benchmarks/native_kernels.py`"
+    return f"""## Native CPU kernels of the RBF bias ({width}; {script})
 
 The RBF attention bias and the gradient of its weights computed by xnp's C++ kernels
 (`xnp.nn.native`, compiled on the machine with `-march=native`) against the same
@@ -167,6 +169,18 @@ Machine: {machine()}.
 """
 
 
+def avx512() -> bool:
+    """Whether this processor has AVX-512 (the kernels then use 16-float vectors, else 8).
+
+    Read from ``/proc/cpuinfo`` (Linux); elsewhere False.  The two widths are
+    separate sections of the docs, so a run on one kind of machine keeps the other's.
+    """
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed runs of each version")
@@ -183,7 +197,7 @@ def main() -> None:
     text = section(measure(args.repeats), args.repeats, xla_exp)
     print(text)
     if not args.no_write:
-        write_section("native_kernels", text)
+        write_section("native_kernels" if avx512() else "native_kernels_avx2", text)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ in training whenever the point locations need no gradient; otherwise the tiled
 JAX backward runs, with the two kernels above inside.
 
 The source is compiled on the machine that runs it, the first time it is needed,
-with the system's C++ compiler (``$CXX``, else ``c++``) and ``-march=native``,
+with the system's C++ compiler (``$CXX``, else ``c++``) and ``-march=native``, its
+vectors one register wide (16 floats with AVX-512, 8 with AVX2 or less: 16-float
+vectors on an AVX2 machine made a training step 2.6× slower, and slower than XLA),
 into a cache directory (``$XNP_CACHE_DIR``, else ``$XDG_CACHE_HOME/xnp`` or
 ``~/.cache/xnp``), under a name that hashes the source, the compiler, the JAX
 version and the processor, so a cache shared between different machines never
