@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 import warnings
@@ -34,10 +33,10 @@ from xnp.api.finetune import (
 from xnp.api.inputs import (
     MAIN_SOURCE,
     check_covariates,
+    check_fit_arguments,
     context_sources_of,
     fingerprint,
-    hold_out_times,
-    is_real,
+    split_validation,
     warn_shared_times,
 )
 from xnp.api.members import fit_members
@@ -261,32 +260,14 @@ def fit(
         steps = _UNLIMITED_STEPS if budget is not None else FINE_TUNE_STEPS if base else 2_000
     if learning_rate is None:
         learning_rate = FINE_TUNE_LEARNING_RATE if base is not None else 5e-4
-    for name, count in (("steps", steps), ("batch_size", batch_size)):
-        if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
-    if not is_real(learning_rate) or not 0 < learning_rate < math.inf:
-        raise ConfigError(
-            f"learning_rate must be a positive finite number; got {learning_rate!r}."
-        )
-    if config is not None and not isinstance(config, TrainConfig):
-        raise ConfigError(f"config must be an xnp.TrainConfig or None; got {config!r}.")
+    check_fit_arguments(
+        steps=steps, batch_size=batch_size, learning_rate=learning_rate, config=config,
+        seed=seed, tasks=tasks, resume=resume, checkpoint_dir=checkpoint_dir, variable=variable,
+    )  # fmt: skip
     if covariates is None:
         covariates = ()
-    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
-    if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
-        raise ConfigError(
-            f"tasks must be a task specification (xnp.data.SpatialTasks(), ForecastTasks(), "
-            f"WindowTasks(...)) or None for the default; got {tasks!r}."
-        )
     if isinstance(covariates, str):
         covariates = [covariates]  # one name, not its letters
-    if resume and checkpoint_dir is None:
-        raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
-    if not isinstance(variable, str) and (
-        not variable or len(set(map(str, variable))) != len(variable)
-    ):
-        raise ConfigError(f"variable must name one or more distinct variables; got {variable!r}.")
     variables = resolve_variables(data, variable)
     covariates = list(covariates)
     check_covariates(data, covariates)
@@ -294,30 +275,9 @@ def fit(
     sources = [MAIN_SOURCE, *extra] if extra else []
     layout = find_coords(data, variables[0])
 
-    val_data: xr.Dataset | None = None
-    fraction = 0.0
     if isinstance(validation, xr.DataArray) and not is_datetime(validation.values):
         validation = validation.to_dataset(name=variables[0])  # data, not times
-    if isinstance(validation, xr.Dataset):
-        val_data = validation
-    elif validation is not None and not is_real(validation):  # times to hold out
-        data, val_data = hold_out_times(data, validation, layout)
-    elif validation is not None:
-        if not 0.0 < float(validation) < 1.0:
-            raise ConfigError(
-                f"validation must be a fraction in (0, 1), times of the data to hold out, a "
-                f"Dataset or None; got {validation!r}."
-            )
-        if layout.time_dim is None:
-            warnings.warn(
-                "The data has no time axis, so no period can be held out for validation; "
-                "training without validation. Pass validation=<Dataset> to validate on other "
-                "data, or validation=None to silence this warning.",
-                XnpWarning,
-                stacklevel=2,
-            )
-        else:
-            fraction = float(validation)
+    data, val_data, fraction = split_validation(data, validation, layout)
     if tasks is not None:
         task = tasks
     elif base is not None:  # a pretrained model interpolates; half the contexts clustered

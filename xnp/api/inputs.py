@@ -9,6 +9,7 @@ refuses other data.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,14 +32,17 @@ from xnp.errors import (
     XnpError,
     XnpWarning,
 )
+from xnp.train.settings import TrainConfig
 
 __all__ = [
     "MAIN_SOURCE",
     "check_covariates",
+    "check_fit_arguments",
     "context_sources_of",
     "fingerprint",
     "hold_out_times",
     "is_real",
+    "split_validation",
     "warn_shared_times",
 ]
 
@@ -181,6 +185,82 @@ def hold_out_times(data: xr.Dataset, when: Any, layout: Any) -> tuple[xr.Dataset
             "it must leave some for training and hold out at least one."
         )
     return data.drop_sel({dim: val[dim].values}), val
+
+
+def split_validation(
+    data: xr.Dataset, validation: Any, layout: Any
+) -> tuple[xr.Dataset, xr.Dataset | None, float]:
+    """What ``fit(..., validation=)`` means: ``(training data, validation data, fraction)``.
+
+    A Dataset is the validation data (the training data are left whole); times of
+    ``data`` (anything ``data.sel(time=...)`` takes) are held out of it and become
+    the validation data; a fraction in (0, 1) is the share of the time axis the
+    sampler holds out at its end (0 without a time axis, with a warning); ``None``
+    is no validation.
+
+    Raises
+    ------
+    ConfigError
+        For a number outside (0, 1).
+    """
+    if isinstance(validation, xr.Dataset):
+        return data, validation, 0.0
+    if validation is None:
+        return data, None, 0.0
+    if not is_real(validation):  # times to hold out
+        return (*hold_out_times(data, validation, layout), 0.0)
+    if not 0.0 < float(validation) < 1.0:
+        raise ConfigError(
+            f"validation must be a fraction in (0, 1), times of the data to hold out, a "
+            f"Dataset or None; got {validation!r}."
+        )
+    if layout.time_dim is None:
+        warnings.warn(
+            "The data has no time axis, so no period can be held out for validation; "
+            "training without validation. Pass validation=<Dataset> to validate on other "
+            "data, or validation=None to silence this warning.",
+            XnpWarning,
+            stacklevel=3,
+        )
+        return data, None, 0.0
+    return data, None, float(validation)
+
+
+def check_fit_arguments(
+    *,
+    steps: Any,
+    batch_size: Any,
+    learning_rate: Any,
+    config: Any,
+    seed: Any,
+    tasks: Any,
+    resume: bool,
+    checkpoint_dir: Any,
+    variable: Any,
+) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` naming the first unusable argument of ``fit``."""
+    for name, count in (("steps", steps), ("batch_size", batch_size)):
+        if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"{name} must be a positive integer; got {count!r}.")
+    if not is_real(learning_rate) or not 0 < learning_rate < math.inf:
+        raise ConfigError(
+            f"learning_rate must be a positive finite number; got {learning_rate!r}."
+        )
+    if config is not None and not isinstance(config, TrainConfig):
+        raise ConfigError(f"config must be an xnp.TrainConfig or None; got {config!r}.")
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
+        raise ConfigError(
+            f"tasks must be a task specification (xnp.data.SpatialTasks(), ForecastTasks(), "
+            f"WindowTasks(...)) or None for the default; got {tasks!r}."
+        )
+    if resume and checkpoint_dir is None:
+        raise ConfigError("resume=True needs the checkpoint_dir of the run to continue.")
+    if not isinstance(variable, str) and (
+        not variable or len(set(map(str, variable))) != len(variable)
+    ):
+        raise ConfigError(f"variable must name one or more distinct variables; got {variable!r}.")
 
 
 def is_real(x: Any) -> bool:
