@@ -159,5 +159,7 @@ def test_refusals_name_what_to_change(data, ensemble):
         xnp.calibrate(ensemble, data.isel(time=slice(60, 96)))
     with pytest.raises(ConfigError, match="members"):
         place_sensors(ensemble, data.isel(time=0), data.isel(time=0), data.isel(time=0), 1)
+    with pytest.raises(ConfigError, match="seed must be"):
+        xnp.predict(ensemble, data, time=data.time.values[86], seed=-1)
     with pytest.raises(ConfigError, match="samples"):
         xnp.predict(ensemble, data, time=data.time.values[86], samples=0)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from xnp.data.tasks import check_count, task_to_dict
@@ -169,7 +170,9 @@ class Ensemble:
         ``samples=K`` the members draw ``K`` samples between them in equal shares.
         Costs as many predictions as there are members.
         """
-        seed = int(kwargs.pop("seed", 0))
+        seed = kwargs.pop("seed", 0)
+        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
         samples = kwargs.pop("samples", None)
         if samples is not None:
             check_count(samples=samples)
