@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import xarray as xr
 
-from xnp.data.tasks import check_count, task_to_dict
+from xnp.data.tasks import check_count, check_seed, task_to_dict
 from xnp.errors import CheckpointError, ConfigError
 from xnp.files import atomic_directory, read_json, write_json
 from xnp.neural_process import NeuralProcess
@@ -32,10 +31,11 @@ from xnp.prediction import predict_with
 from xnp.prediction.mixture import mixture_moments, sample_shares
 from xnp.saved_model import ENSEMBLE_FILE, ENSEMBLE_FORMAT, is_saved_model
 
-__all__ = ["Ensemble", "is_saved_ensemble", "load"]
+__all__ = ["Ensemble", "is_saved_ensemble", "load", "member_name"]
 
 
-def _member_name(i: int) -> str:
+def member_name(i: int) -> str:
+    """The directory of member ``i`` in a saved ensemble and in ``fit``'s checkpoints."""
     return f"member-{i}"
 
 
@@ -171,8 +171,7 @@ class Ensemble:
         Costs as many predictions as there are members.
         """
         seed = kwargs.pop("seed", 0)
-        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+        check_seed(seed)
         samples = kwargs.pop("samples", None)
         if samples is not None:
             check_count(samples=samples)
@@ -190,7 +189,7 @@ class Ensemble:
         An existing xnp ensemble or model directory at ``path`` is replaced; any
         other existing, non-empty directory raises :class:`~xnp.errors.CheckpointError`.
         """
-        names = [_member_name(i) for i in range(len(self))]
+        names = [member_name(i) for i in range(len(self))]
         recognise = lambda p: is_saved_ensemble(p) or is_saved_model(p)  # noqa: E731
         with atomic_directory(path, marker=(ENSEMBLE_FILE, "config.json"),
                               recognise=recognise) as tmp:  # fmt: skip

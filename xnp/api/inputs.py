@@ -24,7 +24,7 @@ from xnp.data.coords import (
 )
 from xnp.data.covariates import PERIODIC_COVARIATES, covariate_channels
 from xnp.data.normalise import Normaliser
-from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
+from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks, check_seed
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
     ConfigError,
@@ -248,8 +248,7 @@ def check_fit_arguments(
         )
     if config is not None and not isinstance(config, TrainConfig):
         raise ConfigError(f"config must be an xnp.TrainConfig or None; got {config!r}.")
-    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    check_seed(seed)
     if tasks is not None and not isinstance(tasks, SpatialTasks | ForecastTasks | WindowTasks):
         raise ConfigError(
             f"tasks must be a task specification (xnp.data.SpatialTasks(), ForecastTasks(), "

@@ -15,10 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from xnp.ensemble import Ensemble
-from xnp.errors import ConfigError
+from xnp.data.tasks import check_count, check_seed
+from xnp.ensemble import Ensemble, member_name
 from xnp.neural_process import NeuralProcess
 from xnp.units import parse_seconds
 
@@ -41,16 +39,14 @@ def fit_members(
     ConfigError
         If ``members`` is not a positive integer.
     """
-    if not isinstance(members, int | np.integer) or isinstance(members, bool) or members < 1:
-        raise ConfigError(f"members must be a positive integer; got {members!r}.")
+    check_count(members=members)
     members = int(members)
     seed = arguments.get("seed", 0)
-    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    check_seed(seed)
     budget = arguments.get("time_budget")
     share = None if budget is None else parse_seconds(budget) / members
     root = arguments.get("checkpoint_dir")
-    folders = [None if root is None else Path(root).expanduser() / f"member-{i}"
+    folders = [None if root is None else Path(root).expanduser() / member_name(i)
                for i in range(members)]  # fmt: skip
     fits = []
     for i, folder in enumerate(folders):

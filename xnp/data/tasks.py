@@ -87,6 +87,17 @@ def check_count(**values: int) -> None:
             raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
 
 
+def check_seed(seed: Any) -> None:
+    """Raise :class:`~xnp.errors.ConfigError` unless ``seed`` is a non-negative integer.
+
+    Examples
+    --------
+    >>> check_seed(0)
+    """
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SpatialTasks:
     """Context and targets from the same time.

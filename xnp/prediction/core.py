@@ -14,7 +14,7 @@ import xarray as xr
 
 from xnp.data.coords import find_coords, locators_as_coords
 from xnp.data.normalise import is_zero_shot
-from xnp.data.tasks import ForecastTasks, WindowTasks, check_count
+from xnp.data.tasks import ForecastTasks, WindowTasks, check_count, check_seed
 from xnp.data.trend import DEGREES
 from xnp.errors import (
     ConfigError,
@@ -136,8 +136,7 @@ def predict_with(
     radius_km = None if context_radius is None else parse_distance_km(context_radius)
     optional = {"samples": samples, "max_context": max_context}
     check_count(sample_step=sample_step, **{k: v for k, v in optional.items() if v is not None})
-    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}.")
+    check_seed(seed)
     sources = check_sources(model, context_sources)
     task = getattr(model, "task", None)
     task = task.task if isinstance(task, WindowTasks) else task
