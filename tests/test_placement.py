@@ -246,3 +246,41 @@ def test_the_accessor_and_the_command_line(field, model, tmp_path, capsys):
     np.testing.assert_allclose(written.acquisition, weighted.acquisition, rtol=1e-5)
     assert main([*args, str(tmp_path / "bad.nc"), "--weights", "elevation"]) != 0
     assert "not a data variable of the region file" in capsys.readouterr().err
+
+
+def test_a_design_over_several_times_scores_the_mean_of_theirs(model):
+    ds = xnp.datasets.gp_sphere(
+        n_lat=6, n_lon=8, n_time=2, lat_range=(48, 54), lon_range=(-6, 2),
+        lengthscale_km=400.0, seed=5,
+    )  # fmt: skip
+    context = ds.where((ds.lat < 51) & (ds.lon < -1))
+    grid = ds.isel(time=0).drop_vars(["field", "time"])
+    both = place_sensors(model, context, grid, grid, n_sites=2, progress=False)
+    # the first step: each candidate's score is the mean of its scores at the two times
+    alone = [place_sensors(model, context.isel(time=i), grid, grid, n_sites=1, progress=False)
+             for i in range(2)]  # fmt: skip
+    mean = (alone[0].acquisition_map[0].values + alone[1].acquisition_map[0].values) / 2
+    np.testing.assert_allclose(both.acquisition_map[0].values, mean, rtol=1e-5)
+    before = [float(a.acquisition_before) for a in alone]
+    assert float(both.acquisition_before) == pytest.approx(np.mean(before), rel=1e-5)
+    assert both.site_index[0] == int(np.nanargmin(mean))
+    # each time keeps its own value of a site (the model's mean given that time's context)
+    assert both.site_value.dims == ("step", "time", "variable")
+    np.testing.assert_allclose(both.site_value[0, 0], alone[0].site_value[0], rtol=1e-5)
+    assert both.site_value[0, 0] != both.site_value[0, 1]
+    # the same time twice is that time's design
+    twice = xr.concat([context.isel(time=[0]), context.isel(time=[0])], "time")
+    twice["time"] = ds.time.values
+    same = place_sensors(model, twice, grid, grid, n_sites=2, progress=False, lazy=True)
+    one = place_sensors(model, context.isel(time=0), grid, grid, n_sites=2, progress=False,
+                        lazy=True)  # fmt: skip
+    np.testing.assert_array_equal(same.site_index, one.site_index)
+    np.testing.assert_allclose(same.acquisition, one.acquisition, rtol=1e-5)
+    # the oracles need each time's truth
+    with pytest.raises(ConfigError, match="same 'time' dimension"):
+        place_sensors(model, context, grid, grid, n_sites=1, acquisition="oracle_rmse",
+                      truth=ds.isel(time=0), progress=False)  # fmt: skip
+    oracle = place_sensors(model, context, grid, grid, n_sites=1, acquisition="oracle_rmse",
+                           truth=ds, progress=False)  # fmt: skip
+    cell = {"lat": oracle.site_lat[0], "lon": oracle.site_lon[0]}
+    np.testing.assert_allclose(oracle.site_value[0, :, 0], ds.field.sel(cell).values, rtol=1e-6)

@@ -11,6 +11,14 @@ The context is read and normalised once, from the current observations (for a
 zero-shot model: its standardisation and working size), and kept as sites are tried
 and added, so every candidate is scored on the same footing.
 
+Sites usually serve for years, not for one map.  A context of several times (the
+past days' maps at the stations, say) designs for them all: each time's context is
+read on its own, a candidate's score is the mean of its scores over the times, and a
+chosen site joins every time's context with that time's value (as DeepSensor's
+greedy algorithm averages over its tasks).  One time's design can follow that time's
+weather; on ERA5 the design over past days placed the better sites
+(``docs/benchmarks.md``).
+
 With ``lazy=True`` the steps after the first try candidates in the order of the
 improvement they offered at the step before, a batch at a time, and stop as soon as
 no untried candidate's earlier improvement could beat the best one found (Minoux's
@@ -83,13 +91,11 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from xnp.api.sizes import inner_task
-from xnp.arrays import Points
 from xnp.data.tasks import ForecastTasks, check_count
 from xnp.errors import ConfigError
-from xnp.infer.chunks import real_points
-from xnp.placement.reading import points_of, shares, truth_at
-from xnp.placement.scoring import Region, lazily, score_region, try_candidates
-from xnp.prediction.context import Options, build_context, model_points, prior_std
+from xnp.placement.frames import Frame, frames_of, truth_of
+from xnp.placement.reading import points_of
+from xnp.placement.scoring import lazily
 from xnp.prediction.core import check_model, resolve_trend, with_context
 from xnp.shipped import resolve_model
 
@@ -127,7 +133,11 @@ def place_sensors(
     model : NeuralProcess, path or str
         An interpolation model (fitted, fine-tuned or zero-shot).
     context : Dataset or DataArray
-        The current observations (one time).
+        The current observations: one time, or several along a time dimension (for
+        instance the past days' maps at the stations), when the new sites should
+        serve many maps: each time's context is read and normalised on its own,
+        every candidate's score is the mean of its scores over the times, and a
+        chosen site joins every time's context (with that time's value).
     candidates : Dataset or DataArray
         Where a site may go: the points of a grid or station table (their
         coordinates; data variables other than the model's covariates are
@@ -168,7 +178,8 @@ def place_sensors(
     xr.Dataset
         Along ``step``: ``site_lat``, ``site_lon``, ``site_index`` (into the
         candidates), ``site_value`` (the value the site was added with, in the
-        variable's units) and ``acquisition`` (the score after adding it); along
+        variable's units; along ``time`` too for a context of several times) and
+        ``acquisition`` (the score after adding it); along
         ``(step, candidate)``: ``acquisition_map`` (each candidate's score at each
         step; NaN for sites already chosen, and with ``lazy`` for candidates not
         retried); ``acquisition_before`` (the score of the context alone; for
@@ -201,32 +212,16 @@ def place_sensors(
             "interpolation model (fitted with SpatialTasks, or zero-shot)."
         )
     model, data = with_context(model, context, "context")
-    ctx = build_context(model, data, Options(None, {}, "1GiB", False, trend=trend))
-    model = ctx.model
-    cand_ps = points_of(candidates, data, model, "candidates")
-    region_ps = points_of(region, data, model, "region")
+    time, datas = frames_of(model, data)
+    cand_ps = points_of(candidates, datas[0], model, "candidates")
+    region_ps = points_of(region, datas[0], model, "region")
     if n_sites > len(cand_ps):
         raise ConfigError(
             f"n_sites={n_sites} is more than the {len(cand_ps)} candidates; ask "
             "for fewer sites or give more candidates."
         )
-    # (all real points: to_points keeps only those with the model's covariates)
-    cand = real_points(model_points(cand_ps, model, values=False))
-    reg = real_points(model_points(region_ps, model, values=False))
-    truth_c = truth_r = None
-    if oracle:
-        truth_c, truth_r = (truth_at(truth, ps, model) for ps in (cand_ps, region_ps))
-    region = Region(reg, truth_r, shares(weights, region_ps, model), ctx.trend)
-    scale = prior_std(model)  # normalised std → the variables' units
-    true_fill = None  # the oracles add each site with its true value (normalised)
-    if truth_c is not None:
-        if ctx.trend is not None:  # the network sees the residuals of the trend
-            site_trend = ctx.trend.at(cand["s"])[0]
-            truth_c = truth_c - site_trend
-        true_fill = model.normaliser.transform(truth_c, list(model.variables))
-    grown = {k: v[None] for k, v in real_points(ctx.points).items()}  # [1, N, .]
-    cand_points = Points.from_arrays(**{k: cand[k][None] for k in ("s", "t", "x")},
-                                     dim_y=len(scale))  # fmt: skip
+    frames = [Frame.read(model, d, trend, cand_ps, region_ps, truth_of(truth if oracle else None,
+                         time, d), weights) for d in datas]  # fmt: skip
     best_is_high = ACQUISITIONS[acquisition]
     remaining = np.ones(len(cand_ps), bool)
     scores = np.full((n_sites, len(cand_ps)), np.nan)
@@ -234,27 +229,19 @@ def place_sensors(
     before = None
     gains = np.full(len(cand_ps), np.inf)  # each candidate's last improvement (lazy)
     for step in tqdm(range(n_sites), desc="placing", disable=not progress):
-        state = ctx.predictor.condition(Points.from_arrays(**grown))
-        mean_c, std_c = (a[0] for a in ctx.predictor.predict_state(state, cand_points))
-        fill = mean_c if true_fill is None else true_fill
+        for f in frames:
+            f.condition()
         if acquisition == "std":
-            std_u = std_c * scale
-            if ctx.trend is not None:  # and the trend's, known from the context so far
-                cov = ctx.trend.covariance_with(grown["s"][0])[0]
-                design = ctx.trend.design_at(cand["s"])
-                var = np.einsum("np,jpq,nq->nj", design, cov, design)
-                std_u = np.sqrt(std_u**2 + np.minimum(1.0, std_c**2) * var)
-            score = std_u.mean(-1)
+            score = np.mean([f.candidate_std() for f in frames], axis=0)
             if step == 0:
                 before = float(score.max())
         else:
             if step == 0 or lazy:  # the score without a new site (lazy: every step's)
-                now = score_region(ctx, state, region, acquisition, scale, grown["s"][0], None)[0]
+                now = float(np.mean([f.region_score(acquisition) for f in frames]))
                 before = now if step == 0 else before
 
-            def attempt(which, grown=grown, fill=fill):
-                return try_candidates(ctx, grown, cand, fill, region, acquisition, scale,
-                                       which, batch_size)  # fmt: skip
+            def attempt(which):
+                return np.mean([f.attempt(which, acquisition, batch_size) for f in frames], 0)
 
             if lazy and step > 0:
                 score = lazily(attempt, np.flatnonzero(remaining), gains, now, batch_size)
@@ -268,24 +255,20 @@ def place_sensors(
         scores[step] = score
         pick = int(np.nanargmax(score) if best_is_high else np.nanargmin(score))
         chosen.append(pick)
-        value = model.denormalise(fill[pick][None, None], std_c[pick][None, None])[0][0, 0]
-        if truth_c is not None:  # the oracles: the true value
-            value = truth_c[pick] + (0.0 if ctx.trend is None else site_trend[pick])
-        elif ctx.trend is not None:  # the map's value there: with the trend
-            site_std = (std_c[pick] * scale)[None]
-            value = ctx.trend.add_to(cand["s"][pick][None], value[None], site_std, scale)[0][0]
-        values.append(value)
+        values.append([f.add(pick) for f in frames])
         remaining[pick] = False
-        new = {k: cand[k][pick] for k in ("s", "t", "x")}
-        new["f"] = np.asarray(fill[pick], np.float32)
-        grown = {k: np.concatenate([grown[k], new[k][None, None]], axis=1) for k in grown}
     idx = np.asarray(chosen)
+    values = np.asarray(values, np.float64)  # [step, frame, variable]
+    if time is None:
+        site_value = (("step", "variable"), values[:, 0])
+    else:
+        site_value = (("step", time, "variable"), values)
     out = xr.Dataset(
         {
             "site_lat": ("step", cand_ps.s[idx, 0]),
             "site_lon": ("step", cand_ps.s[idx, 1]),
             "site_index": ("step", idx),
-            "site_value": (("step", "variable"), np.asarray(values, np.float64)),
+            "site_value": site_value,
             "acquisition": ("step", scores[np.arange(n_sites), idx]),
             "acquisition_map": (("step", "candidate"), scores),
             "acquisition_before": ((), float(before)),
@@ -296,6 +279,7 @@ def place_sensors(
             "variable": list(model.variables),
             "candidate_lat": ("candidate", cand_ps.s[:, 0]),
             "candidate_lon": ("candidate", cand_ps.s[:, 1]),
+            **({} if time is None else {time: data[time].values}),
         },
         attrs={
             "acquisition": acquisition,
