@@ -78,7 +78,9 @@ def add_place(subs: Any) -> None:
         epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     p.add_argument("model", metavar="MODEL", help="model directory or pretrained name")
-    p.add_argument("context", metavar="CONTEXT", help="observations: netCDF, zarr or CSV")
+    p.add_argument("context", metavar="CONTEXT",
+                   help="observations: netCDF, zarr or CSV; with several times, the sites "
+                   "serve them all (scores averaged over the times)")  # fmt: skip
     p.add_argument("candidates", metavar="CANDIDATES", help="where a site may go (any layout)")
     p.add_argument("--region", metavar="FILE", help="points to map (default: CANDIDATES)")
     p.add_argument("--variable", metavar="NAME", help="the variable of CONTEXT (zero-shot)")
