@@ -93,7 +93,7 @@ from tqdm.auto import tqdm
 from xnp.api.sizes import inner_task
 from xnp.data.tasks import ForecastTasks, check_count
 from xnp.errors import ConfigError
-from xnp.placement.frames import Frame, frames_of, truth_of
+from xnp.placement.per_time import Frame, frames_of, truth_of
 from xnp.placement.reading import points_of
 from xnp.placement.scoring import lazily
 from xnp.prediction.core import check_model, resolve_trend, with_context
