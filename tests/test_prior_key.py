@@ -55,6 +55,7 @@ def test_an_open_prior_is_one_more_key_of_the_softmax(kind):
     np.testing.assert_allclose(got[1], mha.out(prior_only), atol=1e-5)
 
 
+@pytest.mark.slow  # a training run: 55-75 s on CI's 2 cores
 def test_a_model_given_the_prior_starts_unchanged_and_learns_it():
     cfg = BSATNPConfig.tiny()
     plain = BSATNP(cfg, rngs=nnx.Rngs(0))

@@ -172,6 +172,7 @@ def test_f_equivariant_variant_invariant_to_whole_cell_longitude_shifts_sphere()
     np.testing.assert_allclose(std_s, std, atol=1e-4)
 
 
+@pytest.mark.slow  # a training run: 55-75 s on CI's 2 cores
 def test_g_training_beats_the_trivial_predictor():
     # 2-D GP fields on [-2, 2]², lengthscale ~ Beta(7, 3), 64–128 context points
     tasks = GPTasks(
@@ -181,6 +182,7 @@ def test_g_training_beats_the_trivial_predictor():
     check_beats_trivial_predictor(SwinTNP(cfg, rngs=nnx.Rngs(0)), tasks, batch_size=8)
 
 
+@pytest.mark.slow  # a training run: 55-75 s on CI's 2 cores
 def test_preset_grid_fits_regional_data_and_stays_global_for_global_data(tmp_path):
     from strategies import grid_dataset, station_dataset
 
