@@ -94,7 +94,7 @@ from xnp.api.sizes import inner_task
 from xnp.data.tasks import ForecastTasks, check_count
 from xnp.errors import ConfigError
 from xnp.placement.per_time import Frame, frames_of, truth_of
-from xnp.placement.reading import points_of
+from xnp.placement.reading import points_of, shares
 from xnp.placement.scoring import lazily
 from xnp.prediction.core import check_model, resolve_trend, with_context
 from xnp.shipped import resolve_model
@@ -220,8 +220,9 @@ def place_sensors(
             f"n_sites={n_sites} is more than the {len(cand_ps)} candidates; ask "
             "for fewer sites or give more candidates."
         )
+    share = shares(weights, region_ps, model)  # the same at every time: read once
     frames = [Frame.read(model, d, trend, cand_ps, region_ps, truth_of(truth if oracle else None,
-                         time, d), weights) for d in datas]  # fmt: skip
+                         time, d), share) for d in datas]  # fmt: skip
     best_is_high = ACQUISITIONS[acquisition]
     remaining = np.ones(len(cand_ps), bool)
     scores = np.full((n_sites, len(cand_ps)), np.nan)

@@ -20,7 +20,7 @@ from xnp.data.coords import find_coords
 from xnp.data.flatten import PointSet
 from xnp.errors import ConfigError, XnpError
 from xnp.infer.chunks import real_points
-from xnp.placement.reading import shares, truth_at
+from xnp.placement.reading import truth_at
 from xnp.placement.scoring import Region, score_region, try_candidates
 from xnp.prediction.context import Options, build_context, coord_names, model_points, prior_std
 
@@ -61,8 +61,12 @@ class Frame:
     fill: np.ndarray | None = None
 
     @classmethod
-    def read(cls, model, data, trend, cand_ps: PointSet, region_ps: PointSet, truth, weights):
-        """The frame of the observations ``data`` (one time)."""
+    def read(cls, model, data, trend, cand_ps: PointSet, region_ps: PointSet, truth, share):
+        """The frame of the observations ``data`` (one time).
+
+        ``share`` is each region point's share of the region acquisitions (or None),
+        the same at every time, so read once by the caller.
+        """
         ctx = build_context(model, data, Options(None, {}, "1GiB", False, trend=trend))
         model = ctx.model
         cand = real_points(model_points(cand_ps, model, values=False))
@@ -77,7 +81,7 @@ class Frame:
         scale = prior_std(model)
         cand_points = Points.from_arrays(**{k: cand[k][None] for k in ("s", "t", "x")},
                                          dim_y=len(scale))  # fmt: skip
-        region = Region(reg, truth_r, shares(weights, region_ps, model), ctx.trend)
+        region = Region(reg, truth_r, share, ctx.trend)
         grown = {k: v[None] for k, v in real_points(ctx.points).items()}
         return cls(ctx, scale, cand, cand_points, region, grown, truth_c, true_fill, site_trend)
 
