@@ -24,7 +24,7 @@ from flax import nnx
 
 from xnp.errors import ConfigError
 from xnp.geo import distance
-from xnp.nn import attention_bwd, pallas_attention, pallas_attention_bwd
+from xnp.nn import attention_bwd, dispatch, pallas_attention, pallas_attention_bwd
 from xnp.nn.attention import biased_scan_attention, dense_attention
 from xnp.nn.bias import SpaceTimeBias
 
@@ -133,9 +133,9 @@ def test_the_arcsine_polynomial_is_the_one_of_the_distances():
 def test_environment_switch_and_no_gpu_here(monkeypatch):
     fns = (None, None, SpaceTimeBias(2).spec())
     x = jnp.zeros((1, 4, 2, 16))
-    assert not attention_bwd._on_cuda()  # this machine: no NVIDIA GPU
+    assert not attention_bwd.on_cuda()  # this machine: no NVIDIA GPU
     assert attention_bwd.pallas_spec(fns, x, x, x) is None  # so the dispatch is unchanged
-    monkeypatch.setattr(attention_bwd, "_on_cuda", lambda: True)
+    monkeypatch.setattr(attention_bwd, "on_cuda", lambda: True)
     assert attention_bwd.pallas_spec(fns, x, x, x) is fns[2]
     assert attention_bwd.pallas_spec(fns, x, x, x.astype(jnp.bfloat16)) is None  # mixed
     assert attention_bwd.pallas_spec(fns, x.astype(jnp.float16)) is None
@@ -151,6 +151,32 @@ def test_environment_switch_and_no_gpu_here(monkeypatch):
     with pytest.raises(ConfigError, match="powers of two"):
         pallas_attention.rbf_attention(x, x, x, jnp.ones((1, 4), bool), {}, {},
                                        fns[2], [], block_q=48)  # fmt: skip
+
+
+def test_a_cpu_only_process_traces_only_the_branch_that_can_run(monkeypatch):
+    traced = []
+
+    def branch(name):
+        def fn(x):
+            traced.append(name)
+            return x + len(name)
+
+        return fn
+
+    x = jnp.ones(2)
+    assert dispatch.cpu_only()  # this machine: the CPU alone
+    got = jax.jit(lambda x: dispatch.by_platform(x, cpu=branch("cpu"), default=branch("any")))(x)
+    assert traced == ["cpu"]
+    assert got.tolist() == [4.0, 4.0]
+    traced.clear()
+    got = dispatch.by_platform(x, cuda=branch("cuda"), default=branch("any"))
+    assert traced == ["any"]
+    assert got.tolist() == [4.0, 4.0]
+    traced.clear()
+    monkeypatch.setattr(dispatch, "cpu_only", lambda: False)  # an accelerator: every branch
+    got = jax.jit(lambda x: dispatch.by_platform(x, cpu=branch("cpu"), default=branch("any")))(x)
+    assert sorted(traced) == ["any", "cpu"]
+    assert got.tolist() == [4.0, 4.0]
 
 
 def _bsa_loss(params, q, k, v, s, t, mask, *, graphdef, attn, feature_grads):
@@ -173,7 +199,9 @@ def _bsa_problem(metric, temporal):
 
 def test_dispatch_lowers_the_kernels_for_nvidia_gpus(monkeypatch):
     """Lowered for CUDA, BSA's forward and backward are the three Triton kernels."""
-    monkeypatch.setattr(attention_bwd, "_on_cuda", lambda: True)  # as on a GPU machine
+    # as on a GPU machine: the dispatch traces every branch and lowering picks one
+    monkeypatch.setattr(attention_bwd, "on_cuda", lambda: True)
+    monkeypatch.setattr(dispatch, "cpu_only", lambda: False)
     graphdef, params, data = _bsa_problem("great_circle", True)
     for dtype in (jnp.float32, jnp.bfloat16):
         q, k, v = (x.astype(dtype) for x in data[:3])
@@ -205,7 +233,8 @@ def test_the_cuda_branch_of_bsa_in_the_interpreter(monkeypatch):
     Checks the wiring: arguments, cotangent order and dtypes, and the features'
     cotangents (through the tiled backward) when the points need them.
     """
-    monkeypatch.setattr(attention_bwd, "_on_cuda", lambda: True)
+    monkeypatch.setattr(attention_bwd, "on_cuda", lambda: True)
+    monkeypatch.setattr(dispatch, "cpu_only", lambda: False)
     for module, name in ((pallas_attention, "rbf_attention"),
                          (pallas_attention_bwd, "rbf_attention_bwd")):  # fmt: skip
         fn = getattr(module, name)

@@ -32,6 +32,7 @@ from jax.custom_derivatives import CustomVJPPrimal
 from xnp.errors import ConfigError, ShapeError
 from xnp.nn import native
 from xnp.nn.attention_bwd import bsa_backward, pallas_spec
+from xnp.nn.dispatch import by_platform
 from xnp.nn.tiles import (
     NEG_INF,
     fused_spec,
@@ -144,9 +145,7 @@ def _forward(fns, tiles, q, k, v, qf, kf, mask, consts, bound):
     if gpu_spec is not None:
         branches["cuda"] = cuda
     args = (q, k, v, qf, kf, mask, consts)
-    return jax.lax.platform_dependent(
-        *args, **branches, default=lambda *a: _forward_xla(fns, tiles, *a, bound)
-    )
+    return by_platform(*args, **branches, default=lambda *a: _forward_xla(fns, tiles, *a, bound))
 
 
 def _forward_xla(fns, tiles, q, k, v, qf, kf, mask, consts, bound):

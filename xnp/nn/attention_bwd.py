@@ -13,7 +13,7 @@ are their reference and the path on every other platform.
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 import jax
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from xnp.nn import native
+from xnp.nn.dispatch import by_platform, on_cuda
 from xnp.nn.tiles import (
     fused_spec,
     loop,
@@ -122,7 +123,7 @@ def bsa_backward(fns, tiles, res, cotangents):
 
             branches["cuda"] = cuda
     if branches:
-        grads = jax.lax.platform_dependent(
+        grads = by_platform(
             consts,
             *data,
             **branches,
@@ -143,15 +144,6 @@ def bsa_backward(fns, tiles, res, cotangents):
     )
 
 
-@cache
-def _on_cuda() -> bool:
-    """Whether this process has an NVIDIA GPU (JAX's ``cuda`` backend)."""
-    try:
-        return bool(jax.devices("cuda"))
-    except (RuntimeError, ValueError):  # no such backend, or it failed to start
-        return False
-
-
 def pallas_spec(fns, *arrays):
     """The :class:`~xnp.nn.bias.RBFSpec` when the Pallas GPU kernels can run, else None.
 
@@ -164,7 +156,7 @@ def pallas_spec(fns, *arrays):
     dtypes = {x.dtype for x in arrays}
     if spec is None or len(dtypes) != 1 or dtypes.pop() not in (jnp.float32, jnp.bfloat16):
         return None
-    if not _on_cuda():
+    if not on_cuda():
         return None
     from xnp.nn import pallas_attention  # Pallas is imported only where a GPU may use it
 

@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xnp.errors import ConfigError, NativeKernelError
+from xnp.nn.dispatch import by_platform
 
 __all__ = [
     "cache_dir",
@@ -262,7 +263,7 @@ def rbf_bias(a, b, z):
         )
         return res.astype(jnp.result_type(a, b, z))
 
-    return jax.lax.platform_dependent(a, b, z, cpu=native, default=rbf_bias_reference)
+    return by_platform(a, b, z, cpu=native, default=rbf_bias_reference)
 
 
 def rbf_grad(a, b, z, g, *, want_dz: bool):
@@ -279,7 +280,7 @@ def rbf_grad(a, b, z, g, *, want_dz: bool):
     def reference(*args):
         return rbf_grad_reference(*args, want_dz=want_dz)
 
-    return jax.lax.platform_dependent(a, b, z, g, cpu=native, default=reference)
+    return by_platform(a, b, z, g, cpu=native, default=reference)
 
 
 _METRICS = {"none": 0, "euclidean": 1, "great_circle": 2}
