@@ -12,6 +12,12 @@ from xnp.errors import ConfigError
 from xnp.geo import great_circle_distance
 from xnp.geo.distance import latlon_to_xyz
 
+# one compiled sampler per task spec (called eagerly, each of its many small operations
+# compiles on its own: 15-25 s a test on two cores)
+sample_sphere_fields = jax.jit(
+    sample_sphere_fields, static_argnames=("tasks", "batch_size", "return_params")
+)
+
 
 @pytest.fixture(scope="module")
 def batch():
