@@ -436,13 +436,13 @@ def test_ctrl_c_returns_the_model_and_resume_continues(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TaskSampler, "batch", interrupted)
     ckdir = tmp_path / "run"
-    with pytest.warns(XnpWarning, match=r"interrupted after \d+ of 75 steps.*resume=True"):
-        early = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, **ARGS)
+    with pytest.warns(XnpWarning, match=r"interrupted after \d+ of 50 steps.*resume=True"):
+        early = gp_data().np.fit("field", steps=50, checkpoint_dir=ckdir, **ARGS)
     assert early.training["interrupted"]
-    assert early.training["step"] < 75
+    assert early.training["step"] < 50
     assert CheckpointDir(ckdir).latest().name == f"step-{early.training['step']:08d}"
-    resumed = gp_data().np.fit("field", steps=75, checkpoint_dir=ckdir, resume=True, **ARGS)
-    full = gp_data().np.fit("field", steps=75, **ARGS)
+    resumed = gp_data().np.fit("field", steps=50, checkpoint_dir=ckdir, resume=True, **ARGS)
+    full = gp_data().np.fit("field", steps=50, **ARGS)
     assert_same_params(full, resumed)
     # the losses of the steps between the last history row and the interrupt count too
     np.testing.assert_array_equal(resumed.history_.train_nll, full.history_.train_nll)

@@ -121,7 +121,7 @@ def test_train_keeps_the_average_across_calls(setup):
 def test_fit_returns_the_average_and_resumes_to_the_uninterrupted_result(tmp_path):
     config = dataclasses.replace(CONFIG, ema=0.9)
     ckdir = tmp_path / "run"
-    full = gp_data().np.fit("field", steps=50, config=config, checkpoint_dir=ckdir,
+    full = gp_data().np.fit("field", steps=30, config=config, checkpoint_dir=ckdir,
                             validation=None, **ARGS)  # fmt: skip
     steps = CheckpointDir(ckdir).steps()
     assert (steps[-1] / "ema_params.safetensors").is_file()
@@ -131,19 +131,19 @@ def test_fit_returns_the_average_and_resumes_to_the_uninterrupted_result(tmp_pat
     raw = xnp.load(steps[-1])
     assert any(not np.allclose(x, y) for x, y in
                zip(leaves(full.params_), leaves(raw.params_), strict=True))  # fmt: skip
-    plain = gp_data().np.fit("field", steps=50, config=CONFIG, validation=None, **ARGS)
+    plain = gp_data().np.fit("field", steps=30, config=CONFIG, validation=None, **ARGS)
     for x, y in zip(leaves(plain.params_), leaves(raw.params_), strict=True):
         np.testing.assert_array_equal(x, y)  # averaging does not change training
     assert "ema" not in plain.training["train_config"]  # (old checkpoints still resume)
-    # the run died after step 25: its last checkpoint never landed
+    # the run died after step 25: its last checkpoint (step 30) never landed
     for leftover in (steps[-1], ckdir / "LATEST"):
         ckpt.shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-    resumed = gp_data().np.fit("field", steps=50, config=config, checkpoint_dir=ckdir,
+    resumed = gp_data().np.fit("field", steps=30, config=config, checkpoint_dir=ckdir,
                                resume=True, validation=None, **ARGS)  # fmt: skip
     for x, y in zip(leaves(full.params_), leaves(resumed.params_), strict=True):
         np.testing.assert_array_equal(x, y)
     with pytest.raises(CheckpointError, match="different fit"):
-        gp_data().np.fit("field", steps=50, config=dataclasses.replace(config, ema=0.5),
+        gp_data().np.fit("field", steps=30, config=dataclasses.replace(config, ema=0.5),
                          checkpoint_dir=ckdir, resume=True, validation=None, **ARGS)  # fmt: skip
 
 
