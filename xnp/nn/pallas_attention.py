@@ -14,7 +14,7 @@ score, bias or distance matrix is stored.  The backward pass is
 :mod:`xnp.nn.pallas_attention_bwd`.
 
 :func:`xnp.nn.attention.biased_scan_attention` runs these kernels on NVIDIA GPUs
-(the ``cuda`` branch of its :func:`jax.lax.platform_dependent` dispatch) for RBF
+(the ``cuda`` branch of its :func:`xnp.nn.dispatch.by_platform` dispatch) for RBF
 biases and float32 or bfloat16 inputs; the CPU runs the native C++ kernels and
 other platforms the tiled JAX loops, which stay the reference.  ``XNP_PALLAS=0``
 turns the kernels off (the tiled JAX path then runs on GPUs too); ``auto``, the
