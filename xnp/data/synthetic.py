@@ -66,7 +66,8 @@ class GPTasks:
     Examples
     --------
     >>> tasks = GPTasks(n_context=(8, 16), n_target=10)
-    >>> ctx, tgt, y = sample_gp_batch(jax.random.key(0), tasks, batch_size=2)
+    >>> sample = jax.jit(sample_gp_batch, static_argnames=("tasks", "batch_size"))
+    >>> ctx, tgt, y = sample(jax.random.key(0), tasks, batch_size=2)  # compiled once per spec
     >>> ctx.s.shape, tgt.s.shape, y.shape
     ((2, 16, 2), (2, 10, 2), (2, 10, 1))
     """
@@ -258,7 +259,8 @@ class SphereFieldTasks:
     Examples
     --------
     >>> tasks = SphereFieldTasks(n_context=(8, 16), n_target=12)
-    >>> ctx, tgt, y = sample_sphere_fields(jax.random.key(0), tasks, batch_size=2)
+    >>> sample = jax.jit(sample_sphere_fields, static_argnames=("tasks", "batch_size"))
+    >>> ctx, tgt, y = sample(jax.random.key(0), tasks, batch_size=2)  # compiled once per spec
     >>> ctx.s.shape, tgt.s.shape, y.shape
     ((2, 16, 2), (2, 12, 2), (2, 12, 1))
     """

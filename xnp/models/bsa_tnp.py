@@ -121,7 +121,7 @@ class BSATNP(nnx.Module):
     >>> model = BSATNP(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))
     >>> ctx = Points.from_arrays(s=jnp.zeros((1, 5, 2)), f=jnp.ones((1, 5, 1)))
     >>> tgt = Points.from_arrays(s=jnp.ones((1, 3, 2)))
-    >>> mean, std = model(ctx, tgt)
+    >>> mean, std = nnx.jit(lambda m, c, t: m(c, t))(model, ctx, tgt)
     >>> mean.shape, bool((std > 0).all())
     ((1, 3, 1), True)
     """
