@@ -20,6 +20,7 @@ from flax import nnx
 
 from xnp.arrays import Points, padded_size
 from xnp.errors import ConfigError
+from xnp.nn.dispatch import cpu_only
 
 __all__ = [
     "FIELDS",
@@ -93,7 +94,7 @@ def _jit_small_calls(fn: Any) -> Any:
     Falls back to plain ``jax.jit`` on other backends, or when this jaxlib does
     not know the option.
     """
-    if jax.default_backend() != "cpu":
+    if not cpu_only():
         return jax.jit(fn)
     tuned, plain = jax.jit(fn, compiler_options=_SMALL_CALL_OPTIONS), jax.jit(fn)
     state = {"fn": tuned}
