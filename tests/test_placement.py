@@ -1,8 +1,10 @@
 """Greedy sensor placement (issue 30, item 1)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
+from strategies import DATA_DIR, open_real, requires_data
 
 import xnp
 from xnp.cli import main
@@ -284,3 +286,53 @@ def test_a_design_over_several_times_scores_the_mean_of_theirs(model):
                            truth=ds, progress=False)  # fmt: skip
     cell = {"lat": oracle.site_lat[0], "lon": oracle.site_lon[0]}
     np.testing.assert_allclose(oracle.site_value[0, :, 0], ds.field.sel(cell).values, rtol=1e-6)
+
+
+@requires_data
+def test_on_era5_a_design_over_past_frames_beats_random_sites_on_later_frames(model):
+    """Real data: sites chosen over the stations' past maps serve the maps after them.
+
+    ERA5 UK 2 m temperature on every third cell (11 × 17 at 0.75°), the HadISD sites
+    snapped to it as the stations; 4 sites designed over the 4 six-hourly frames of
+    day 16 (no truth used), then scored by the oracle RMSE of the map (the stations and
+    the sites with their true values) on the 4 frames of day 17, against random
+    sites among the same candidates (there: 0.48 K against 0.52–0.58 K for eight
+    random draws, 0.62 K for the stations alone).
+    """
+    era5 = open_real("era5_t2m_uk_2019-03-01_21.nc").isel(
+        latitude=slice(None, None, 3), longitude=slice(None, None, 3)
+    )
+    lat, lon = era5.latitude.values, era5.longitude.values
+    sites = pd.read_csv(DATA_DIR / "hadisd_station_locations.csv")
+    sites = sites[sites.latitude.between(lat.min(), lat.max())
+                  & sites.longitude.between(lon.min(), lon.max())]  # fmt: skip
+    stations = np.zeros((lat.size, lon.size), bool)
+    stations[np.abs(lat[None] - sites.latitude.values[:, None]).argmin(1),
+             np.abs(lon[None] - sites.longitude.values[:, None]).argmin(1)] = True  # fmt: skip
+    stations = xr.DataArray(stations, coords={"latitude": lat, "longitude": lon})
+    grid = era5.isel(time=0).drop_vars(["t2m", "time"])
+    past = era5.isel(time=slice(15 * 24, 16 * 24, 6)).where(stations)
+    design = place_sensors(model, past, ~stations, grid, n_sites=4, lazy=True, progress=False)
+    assert design.site_value.dims == ("step", "time", "variable")
+    chosen = np.zeros_like(stations.values)
+    chosen[[list(lat).index(a) for a in design.site_lat.values],
+           [list(lon).index(b) for b in design.site_lon.values]] = True  # fmt: skip
+    assert chosen.sum() == 4
+    assert not (chosen & stations.values).any()
+
+    later = era5.isel(time=slice(16 * 24, 17 * 24, 6))
+
+    def oracle_rmse(extra: np.ndarray) -> float:
+        observed = stations | xr.DataArray(extra, coords=stations.coords)
+        frames = [later.isel(time=i) for i in range(later.sizes["time"])]
+        errors = [xnp.predict(model, f.where(observed), grid).t2m_mean - f.t2m for f in frames]
+        return float(np.sqrt(np.mean([(e**2).mean() for e in errors])))
+
+    free = np.flatnonzero(~stations.values.ravel())
+    rng = np.random.default_rng(0)
+    random = []
+    for _ in range(3):
+        extra = np.zeros(stations.size, bool)
+        extra[rng.choice(free, 4, replace=False)] = True
+        random.append(oracle_rmse(extra.reshape(stations.shape)))
+    assert oracle_rmse(chosen) < np.mean(random)
