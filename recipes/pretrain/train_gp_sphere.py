@@ -138,6 +138,17 @@ coverage 0.981 → 0.965 (0.974 → 0.956 beyond 120 km); the cost is on station
 zero-mean fields, which need no trend: held-out synthetic NLL at 300 / 1000 / 3000 km
 0.434 / 0.397 / 0.379 → 0.473 / 0.451 / 0.424.  ``trend="none"`` keeps the plain
 standardisation.
+
+The GLS covariance fitted to each context instead of fixed (2026-11-29,
+``recipes/pretrain/trend_reml.py``; a check on the validation frames only, not
+kept): the exponential range and nugget by restricted maximum likelihood (REML) of
+the plane's residuals per frame, then ``trend="linear"`` with them, on ERA5 days
+17–18 at the station cells.  The fitted
+ranges spread from 0.23 to 2.2 times the rms radius (the fixed one: 0.5) and the nugget
+went to its floor (10⁻³) on every frame.  RMSE 0.706 → 0.694 K, but NLL 0.911 → 0.978
+and CRPS 0.370 → 0.384 K: on the frames with long fitted ranges the trend estimate's
+variance widens the intervals, and one frame's RMSE rose from 0.74 to 1.13 K.  So the
+fixed, fitting-free covariance stays.
 """
 
 from __future__ import annotations
