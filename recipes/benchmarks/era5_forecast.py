@@ -198,6 +198,7 @@ def fitted_model(
     baseline_input: bool = False,
     learning_rate: float | None = None,
     members: int = 1,
+    validation_batches: int = 4,
 ) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -205,7 +206,8 @@ def fitted_model(
     (seconds) it trains for that wall-clock time (``steps`` then caps it).  ``kind``
     "swin-tnp" fits a Swin-TNP on every context point and up to a full frame of targets.
     ``members`` above 1 fits an ensemble (seeds ``seed``, ``seed + 1``, ...) sharing
-    the budget.
+    the budget.  ``validation_batches``: batches of 8 validation tasks each validation
+    pass scores (the kept step is the best of them).
     """
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
@@ -249,6 +251,7 @@ def fitted_model(
             and run["task"].get("baseline_input", False) == baseline_input
             and run["train_config"].get("ema", 0.0) == ema
             and run["train_config"]["weight_decay"] == weight_decay
+            and run["train_config"].get("validation_batches", 4) == validation_batches
             and run.get("seed", 0) == seed
             and run.get("learning_rate") == learning_rate
             and (baseline != SPATIAL or np.allclose(
@@ -267,7 +270,8 @@ def fitted_model(
         learning_rate=learning_rate, batch_size=8, validation=validation, time_budget=budget,
         seed=seed, members=members,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
-                           validation_batches=4, ema=ema, weight_decay=weight_decay),
+                           validation_batches=validation_batches, ema=ema,
+                           weight_decay=weight_decay),
     )  # fmt: skip
     run = model.training
     done = run["steps"] if isinstance(model, xnp.Ensemble) else run["step"]
