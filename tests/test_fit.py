@@ -6,6 +6,7 @@ xnp.api and xnp.accessor, so the train and eval steps compile once per session.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -115,6 +116,38 @@ def test_repr_and_plot(trained):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_the_progress_bar_counts_steps_run_not_steps_queued(monkeypatch):
+    """At most one step runs ahead of the bar: before step k is queued, step k - 2 is done."""
+    import xnp.train.loop as loop
+
+    real, block = loop.fit_step, jax.block_until_ready
+    queued, awaited = [], set()
+
+    def fit_step(*args):
+        step = real(*args)
+
+        def counted(params, opt_state, batch, lr):
+            assert all(id(loss) in awaited for loss in queued[:-1]), len(queued)
+            out = step(params, opt_state, batch, lr)
+            queued.append(out[2])
+            return out
+
+        return counted
+
+    def await_(x):
+        awaited.add(id(x))
+        return block(x)
+
+    monkeypatch.setattr(loop, "fit_step", fit_step)
+    monkeypatch.setattr(jax, "block_until_ready", await_)
+    # one device (several CPU devices await every step anyway: see xnp.train.loop); one
+    # block and no temporal bias, so that its own compilation is short
+    small = BSATNPConfig.tiny(n_blocks=1, temporal_bias=False)
+    fit(gp_data().isel(time=0), model=small, tasks=SpatialTasks(), steps=6, validation=None,
+        config=dataclasses.replace(FAST, devices=1))  # fmt: skip
+    assert len(queued) == 6
 
 
 def test_fit_is_deterministic_and_seeded():

@@ -198,6 +198,7 @@ def train(
     began, spent_before = tick, float(state.seconds)
     elapsed = lambda: spent_before + time.perf_counter() - began  # noqa: E731
     done, interrupted, out_of_time = start, False, False
+    in_flight: jax.Array | None = None  # the last queued loss, awaited once the next is queued
 
     def snapshot(**more: Any) -> TrainState:
         """The state now (the loop's current values)."""
@@ -225,6 +226,12 @@ def train(
             losses.append(loss)
             done = k + 1
             if time_budget is None:
+                # one step in flight: the host prepares the next step while this one
+                # runs, and the bar counts steps (nearly) done, not merely queued, so
+                # its rate and time left are true between log points
+                if in_flight is not None:
+                    jax.block_until_ready(in_flight)
+                in_flight = loss
                 bar.update(1)
             else:
                 jax.block_until_ready(loss)  # time the step itself, not its dispatch
