@@ -8,11 +8,17 @@ code as the benchmark's test table, with the baselines beside it, so that a
 setting can be chosen here before the test days are looked at.
 
     python recipes/benchmarks/era5_forecast_validation.py --case "100 %" MODEL [MODEL ...]
+        [--subsets K]
+
+``--subsets K`` also scores, for each model that conditions on a random subset of the
+context (``max_context``), the equal mixture of its forecasts from K subsets (seeds
+0 to K − 1) beside the forecast from one.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -36,12 +42,14 @@ from era5_forecast import (
 )
 
 import xnp
+from xnp.prediction.mixture import mixture_moments
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="saved model directories")
     parser.add_argument("--case", choices=tuple(CASES), default="100 %")
+    parser.add_argument("--subsets", type=int, default=1, help="context subsets mixed (1)")
     args = parser.parse_args()
     fraction = CASES[args.case][0]
     era5 = open_era5()
@@ -65,6 +73,11 @@ def main() -> None:
         else:
             best = run.get("best_step") or run["step"]
         rows[f"{path} (step {best})"] = (pred, sec)
+        if args.subsets > 1 and cap is not None:
+            preds = [pred] + [xnp.predict(model, context, time=inits, max_context=cap, seed=seed)
+                              for seed in range(1, args.subsets)]  # fmt: skip
+            mixed = mixture_moments(preds, list(model.variables))
+            rows[f"{path} (step {best}), mixture of {args.subsets} subsets"] = (mixed, math.nan)
     diurnal = DiurnalPersistence(era5, fraction)
     rows["persistence + mean diurnal change"] = (diurnal.predict(history, inits, era5), 0.0)
     regression = Autoregressive(era5, fraction, diurnal)
