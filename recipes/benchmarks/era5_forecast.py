@@ -175,6 +175,23 @@ def validation_days(era5: xr.Dataset) -> xr.Dataset:
     return era5.isel(time=slice(TRAIN_END - FRAMES * STEP, VAL_END))
 
 
+def validation_forecasts(
+    era5: xr.Dataset, fraction: float
+) -> tuple[np.ndarray, xr.Dataset, xr.Dataset, xr.Dataset]:
+    """The forecasts valid on days 17–18, initialised every 3 h, as the studies score them.
+
+    Returns the initialisation times, the truth (days 17–18), the history up to the
+    last initialisation (each frame subsampled to ``fraction`` of its cells, seed 20)
+    and the context of the forecasts (that history from the first forecast's first
+    context frame on).
+    """
+    init_idx = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
+    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), fraction, seed=20)
+    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    truth = era5.isel(time=slice(TRAIN_END, VAL_END))
+    return era5.time.values[init_idx], truth, history, context
+
+
 def calibration_table(rows: list[tuple]) -> str:
     """Each budgeted model's std factor and its test scores without and with it."""
     head = ("| context | model | std factor | CRPS (K) | NLL | 90 % coverage |\n"

@@ -28,23 +28,16 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     CACHE,
     CASES,
-    FRAMES,
-    LEAD,
     SPATIAL,
-    STEP,
-    TRAIN_END,
-    VAL_END,
     conditioned_points,
     fitted_model,
     score,
-    subsample,
+    validation_forecasts,
 )
 
 import xnp
@@ -70,11 +63,7 @@ def main() -> None:
     )[0]  # fmt: skip
     singles = [m for name, m in models.items() if name.startswith("one fit")]
     models[f"ensemble of the two {args.steps}-step fits"] = xnp.Ensemble(singles)
-    init_idx = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
-    inits = era5.time.values[init_idx]
-    truth = era5.isel(time=slice(TRAIN_END, VAL_END))
-    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), CASES[CASE][0], seed=20)
-    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    inits, truth, _, context = validation_forecasts(era5, CASES[CASE][0])
     print(f"{CASE}, {inits.size} validation forecasts valid on days 17–18")
     print("| model | RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
     print("|---|---|---|---|---|---|")

@@ -23,22 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     CASES,
-    FRAMES,
-    LEAD,
-    STEP,
-    TRAIN_END,
-    VAL_END,
     Autoregressive,
     DiurnalPersistence,
     conditioned_points,
     score,
-    subsample,
+    validation_forecasts,
 )
 
 import xnp
@@ -53,12 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     fraction = CASES[args.case][0]
     era5 = open_era5()
-    init_idx = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
-    inits = era5.time.values[init_idx]
-    truth = era5.isel(time=slice(TRAIN_END, VAL_END))
-    start = int(init_idx[0]) - (FRAMES - 1) * STEP
-    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), fraction, seed=20)
-    context = history.isel(time=slice(start, None))
+    inits, truth, history, context = validation_forecasts(era5, fraction)
     rows = {}
     for path in args.models:
         model = xnp.load(path)

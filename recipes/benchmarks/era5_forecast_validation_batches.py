@@ -26,23 +26,16 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     CACHE,
     CASES,
-    FRAMES,
-    LEAD,
     SPATIAL,
-    STEP,
-    TRAIN_END,
-    VAL_END,
     conditioned_points,
     fitted_model,
     score,
-    subsample,
+    validation_forecasts,
 )
 
 import xnp
@@ -64,11 +57,7 @@ def main() -> None:
                 era5, CASE, args.steps, False, cache / f"b{batches}_s{seed}", baseline=SPATIAL,
                 baseline_input=True, seed=seed, validation_batches=batches,
             )[0]  # fmt: skip
-    init_idx = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
-    inits = era5.time.values[init_idx]
-    truth = era5.isel(time=slice(TRAIN_END, VAL_END))
-    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), CASES[CASE][0], seed=20)
-    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    inits, truth, _, context = validation_forecasts(era5, CASES[CASE][0])
     print(f"{CASE}, {inits.size} validation forecasts valid on days 17–18")
     print("| fit | kept step | RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
     print("|---|---|---|---|---|---|---|")
