@@ -192,6 +192,29 @@ def validation_forecasts(
     return era5.time.values[init_idx], truth, history, context
 
 
+def print_validation_table(
+    models: dict[str, xnp.NeuralProcess | xnp.Ensemble], era5: xr.Dataset, case: str,
+    kept_step: bool = False,
+) -> None:  # fmt: skip
+    """Score ``models`` on the validation forecasts of ``case`` and print a Markdown table.
+
+    ``kept_step`` adds each (single) model's kept step.  The scores are those of the
+    benchmark's test table (:func:`score`), on the forecasts of
+    :func:`validation_forecasts`.
+    """
+    inits, truth, _, context = validation_forecasts(era5, CASES[case][0])
+    step_head, step_rule = ("kept step | ", "---|") if kept_step else ("", "")
+    print(f"{case}, {inits.size} validation forecasts valid on days 17–18")
+    print(f"| fit | {step_head}RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
+    print(f"|---|{step_rule}---|---|---|---|---|")
+    for name, model in models.items():
+        pred = xnp.predict(model, context, time=inits, max_context=conditioned_points(model))
+        s = score(pred, truth)
+        step = f"{model.training['best_step']} | " if kept_step else ""
+        print(f"| {name} | {step}{s[0][0]:.3f} | {s[2][0]:.3f} | {s[3][0]:.3f} | {s[4][0]:.3f} "
+              f"| {s[6][0]:+.3f} |")  # fmt: skip
+
+
 def calibration_table(rows: list[tuple]) -> str:
     """Each budgeted model's std factor and its test scores without and with it."""
     head = ("| context | model | std factor | CRPS (K) | NLL | 90 % coverage |\n"

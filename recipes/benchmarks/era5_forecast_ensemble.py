@@ -32,12 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     CACHE,
-    CASES,
     SPATIAL,
-    conditioned_points,
     fitted_model,
-    score,
-    validation_forecasts,
+    print_validation_table,
 )
 
 import xnp
@@ -63,15 +60,7 @@ def main() -> None:
     )[0]  # fmt: skip
     singles = [m for name, m in models.items() if name.startswith("one fit")]
     models[f"ensemble of the two {args.steps}-step fits"] = xnp.Ensemble(singles)
-    inits, truth, _, context = validation_forecasts(era5, CASES[CASE][0])
-    print(f"{CASE}, {inits.size} validation forecasts valid on days 17–18")
-    print("| model | RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
-    print("|---|---|---|---|---|---|")
-    for name, model in models.items():
-        pred = xnp.predict(model, context, time=inits, max_context=conditioned_points(model))
-        s = score(pred, truth)
-        print(f"| {name} | {s[0][0]:.3f} | {s[2][0]:.3f} | {s[3][0]:.3f} | {s[4][0]:.3f} "
-              f"| {s[6][0]:+.3f} |")  # fmt: skip
+    print_validation_table(models, era5, CASE)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     CACHE,
-    CASES,
     SPATIAL,
-    conditioned_points,
     fitted_model,
-    score,
-    validation_forecasts,
+    print_validation_table,
 )
-
-import xnp
 
 CASE = "10 %"
 BATCHES = (4, 16)
@@ -57,15 +52,7 @@ def main() -> None:
                 era5, CASE, args.steps, False, cache / f"b{batches}_s{seed}", baseline=SPATIAL,
                 baseline_input=True, seed=seed, validation_batches=batches,
             )[0]  # fmt: skip
-    inits, truth, _, context = validation_forecasts(era5, CASES[CASE][0])
-    print(f"{CASE}, {inits.size} validation forecasts valid on days 17–18")
-    print("| fit | kept step | RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
-    print("|---|---|---|---|---|---|---|")
-    for name, model in models.items():
-        pred = xnp.predict(model, context, time=inits, max_context=conditioned_points(model))
-        s = score(pred, truth)
-        print(f"| {name} | {model.training['best_step']} | {s[0][0]:.3f} | {s[2][0]:.3f} "
-              f"| {s[3][0]:.3f} | {s[4][0]:.3f} | {s[6][0]:+.3f} |")  # fmt: skip
+    print_validation_table(models, era5, CASE, kept_step=True)
 
 
 if __name__ == "__main__":
