@@ -35,14 +35,12 @@ FIXED = (trend_module._RANGE, trend_module._NUGGET)
 
 
 def reml(xyz: np.ndarray, y: np.ndarray, design: np.ndarray) -> tuple[float, float]:
-    """Range factor and nugget of ``exp(-d / (r · rms radius)) + nugget · I`` by REML."""
-    dist = np.linalg.norm(xyz[:, None] - xyz[None], axis=-1)
-    spread = trend_module.rms_spread(xyz)
+    """Range factor and nugget of the trend's covariance (:func:`gls_covariance`) by REML."""
     n, p = design.shape
 
     def loss(theta: np.ndarray) -> float:
         r, nugget = np.exp(theta)
-        cov = np.exp(-dist / (r * spread)) + nugget * np.eye(n)
+        cov = trend_module.gls_covariance(xyz, r, nugget)
         try:
             factor = scipy.linalg.cho_factor(cov, lower=True)
         except np.linalg.LinAlgError:
