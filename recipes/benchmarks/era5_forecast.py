@@ -192,19 +192,45 @@ def validation_forecasts(
     return era5.time.values[init_idx], truth, history, context
 
 
+def forecasts_on_test_days(
+    era5: xr.Dataset, case: str, quick: bool = False
+) -> tuple[np.ndarray, xr.Dataset, xr.Dataset, xr.Dataset]:
+    """The benchmark's test forecasts of ``case``, valid on days 19–21, initialised every 3 h.
+
+    Returns what :func:`validation_forecasts` does, for the test days: the
+    initialisation times (four of them with ``quick``), the truth, the history up to
+    the last initialisation (each frame subsampled to the case's fraction of its
+    cells, seed 10 + the case's place in :data:`CASES`) and the forecasts' context.
+    """
+    init_idx = np.arange(FIRST_VALID - LEAD, era5.sizes["time"] - LEAD, 3)
+    if quick:
+        init_idx = init_idx[:: len(init_idx) // 4][:4]
+    seed = 10 + list(CASES).index(case)
+    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), CASES[case][0], seed)
+    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    truth = era5.isel(time=slice(FIRST_VALID, None))
+    return era5.time.values[init_idx], truth, history, context
+
+
 def print_validation_table(
     models: dict[str, xnp.NeuralProcess | xnp.Ensemble], era5: xr.Dataset, case: str,
-    kept_step: bool = False,
+    kept_step: bool = False, test: bool = False,
 ) -> None:  # fmt: skip
     """Score ``models`` on the validation forecasts of ``case`` and print a Markdown table.
 
     ``kept_step`` adds each (single) model's kept step.  The scores are those of the
     benchmark's test table (:func:`score`), on the forecasts of
-    :func:`validation_forecasts`.
+    :func:`validation_forecasts`, or with ``test`` on those of :func:`forecasts_on_test_days`
+    (for a study's choice once it has been made on the validation days).
     """
-    inits, truth, _, context = validation_forecasts(era5, CASES[case][0])
+    if test:
+        inits, truth, _, context = forecasts_on_test_days(era5, case)
+        days = "test forecasts valid on days 19–21"
+    else:
+        inits, truth, _, context = validation_forecasts(era5, CASES[case][0])
+        days = "validation forecasts valid on days 17–18"
     step_head, step_rule = ("kept step | ", "---|") if kept_step else ("", "")
-    print(f"{case}, {inits.size} validation forecasts valid on days 17–18")
+    print(f"{case}, {inits.size} {days}")
     print(f"| fit | {step_head}RMSE (K) | CRPS (K) | NLL | 90 % coverage | mean error (K) |")
     print(f"|---|{step_rule}---|---|---|---|---|")
     for name, model in models.items():
@@ -243,6 +269,7 @@ def fitted_model(
     learning_rate: float | None = None,
     members: int = 1,
     validation_batches: int = 4,
+    final_lr_ratio: float = 0.2,
 ) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -251,7 +278,8 @@ def fitted_model(
     "swin-tnp" fits a Swin-TNP on every context point and up to a full frame of targets.
     ``members`` above 1 fits an ensemble (seeds ``seed``, ``seed + 1``, ...) sharing
     the budget.  ``validation_batches``: batches of 8 validation tasks each validation
-    pass scores (the kept step is the best of them).
+    pass scores (the kept step is the best of them).  ``final_lr_ratio``: the floor of
+    the cosine learning-rate schedule as a fraction of its peak (TrainConfig's).
     """
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
@@ -296,6 +324,7 @@ def fitted_model(
             and run["train_config"].get("ema", 0.0) == ema
             and run["train_config"]["weight_decay"] == weight_decay
             and run["train_config"].get("validation_batches", 4) == validation_batches
+            and run["train_config"].get("final_lr_ratio", 0.2) == final_lr_ratio
             and run.get("seed", 0) == seed
             and run.get("learning_rate") == learning_rate
             and (baseline != SPATIAL or np.allclose(
@@ -315,7 +344,7 @@ def fitted_model(
         seed=seed, members=members,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
                            validation_batches=validation_batches, ema=ema,
-                           weight_decay=weight_decay),
+                           weight_decay=weight_decay, final_lr_ratio=final_lr_ratio),
     )  # fmt: skip
     run = model.training
     done = run["steps"] if isinstance(model, xnp.Ensemble) else run["step"]
@@ -596,19 +625,14 @@ def main() -> None:
     t_start = time.perf_counter()
 
     era5 = open_era5()
-    init_idx = np.arange(FIRST_VALID - LEAD, era5.sizes["time"] - LEAD, 3)
-    if args.quick:
-        init_idx = init_idx[:: len(init_idx) // 4][:4]
-    inits = era5.time.values[init_idx]
-    truth = era5.isel(time=slice(FIRST_VALID, None))
+    inits, truth = forecasts_on_test_days(era5, next(iter(CASES)), args.quick)[:2]
     print(f"{inits.size} forecasts, init {inits[0]} … {inits[-1]}")
     rows, trained, for_plot, calibration = [], {}, {}, []
     fit_seconds = fitted_seconds = 0.0
     convnp = quoted_convnp()
-    for k, (case, (fraction, _, _)) in enumerate(CASES.items()):
+    for case, (fraction, _, _) in CASES.items():
         # the test context: every frame up to the last initialisation, subsampled per frame
-        history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), fraction, seed=10 + k)
-        test_context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+        _, _, history, test_context = forecasts_on_test_days(era5, case, args.quick)
         entries = {}
         budget = (1.0 if args.quick else BUDGET_MIN[case]) * 60.0
         for baseline, kind, inputs, members in xnp_variants:
