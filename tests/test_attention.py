@@ -95,7 +95,12 @@ def test_bsa_matches_dense_values_and_gradients(nq, nk, chunks, use_bias, use_ma
     names = ["q", "k", "v", "bias a", "bias b", "q_feats", "k_feats"]
     for name, g, g_ref in zip(names, grads, grads_ref, strict=True):
         scale = float(jnp.max(jnp.abs(g_ref))) or 1.0
-        np.testing.assert_allclose(g / scale, g_ref / scale, atol=2e-6, err_msg=name)
+        # The bias parameters' gradients sum over every (batch, head, query, key): in
+        # float32 the two summation orders then differ by more.  Measured on an AVX-512
+        # machine without LLVM optimisations (ragged case): tiled and dense each lay
+        # 4-5e-6 (relative) from the float64 value, on opposite sides.
+        atol = 1e-5 if name.startswith("bias") else 2e-6
+        np.testing.assert_allclose(g / scale, g_ref / scale, atol=atol, err_msg=name)
     if use_bias:
         assert float(jnp.abs(grads[3]).sum()) > 0  # the bias parameters really get gradient
 
