@@ -270,6 +270,7 @@ def fitted_model(
     members: int = 1,
     validation_batches: int = 4,
     final_lr_ratio: float = 0.2,
+    train_days: int = TRAIN_END // 24,
 ) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -280,7 +281,10 @@ def fitted_model(
     the budget.  ``validation_batches``: batches of 8 validation tasks each validation
     pass scores (the kept step is the best of them).  ``final_lr_ratio``: the floor of
     the cosine learning-rate schedule as a fraction of its peak (TrainConfig's).
+    ``train_days``: how many of the training days, the last ones (days 1–16: all 16),
+    the model is fitted on.
     """
+    train = era5.isel(time=slice(TRAIN_END - 24 * train_days, TRAIN_END))
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
     suffix += "_in" if baseline_input else ""
@@ -326,6 +330,7 @@ def fitted_model(
             and run["train_config"].get("validation_batches", 4) == validation_batches
             and run["train_config"].get("final_lr_ratio", 0.2) == final_lr_ratio
             and run.get("seed", 0) == seed
+            and run["data"]["sizes"]["time"] == train.sizes["time"]
             and run.get("learning_rate") == learning_rate
             and (baseline != SPATIAL or np.allclose(
                 model.baseline.neighbourhood, scales_km(np.stack(np.meshgrid(
@@ -334,7 +339,6 @@ def fitted_model(
         if same:
             return loaded, False
         print(f"the cached {case} model was fitted with other settings: refitting")
-    train = era5.isel(time=slice(0, TRAIN_END))
     validation = validation_days(era5)
     every = max(steps // 10, 1) if budget is None else 25
     print(f"fitting the {case} model: {steps} steps, budget {budget} s, {tasks}")
