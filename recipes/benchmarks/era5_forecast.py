@@ -253,6 +253,11 @@ def calibration_table(rows: list[tuple]) -> str:
     return head + "\n".join(lines)
 
 
+def period(data: xr.Dataset | None) -> list[str] | None:
+    """The first and last time of ``data`` as a fit records them (None for no data)."""
+    return None if data is None else [str(data.time.values[0]), str(data.time.values[-1])]
+
+
 def fitted_model(
     era5: xr.Dataset,
     case: str,
@@ -270,7 +275,8 @@ def fitted_model(
     members: int = 1,
     validation_batches: int = 4,
     final_lr_ratio: float = 0.2,
-    train_days: int = TRAIN_END // 24,
+    train_days: tuple[int, int] = (1, TRAIN_END // 24),
+    validation: tuple[int, int] | None = (TRAIN_END // 24 + 1, VAL_END // 24),
 ) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -281,10 +287,15 @@ def fitted_model(
     the budget.  ``validation_batches``: batches of 8 validation tasks each validation
     pass scores (the kept step is the best of them).  ``final_lr_ratio``: the floor of
     the cosine learning-rate schedule as a fraction of its peak (TrainConfig's).
-    ``train_days``: how many of the training days, the last ones (days 1–16: all 16),
-    the model is fitted on.
+    ``train_days``: the first and last day the model is fitted on (days 1–16), and
+    ``validation`` those its forecasts are validated on (days 17–18; their context
+    frames start a day earlier), or None: no validation, the last step is kept.
     """
-    train = era5.isel(time=slice(TRAIN_END - 24 * train_days, TRAIN_END))
+    train = era5.isel(time=slice(24 * (train_days[0] - 1), 24 * train_days[1]))
+    held_out = None
+    if validation is not None:
+        held_out = era5.isel(time=slice(24 * (validation[0] - 1) - FRAMES * STEP,
+                                        24 * validation[1]))  # fmt: skip
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
     suffix += "_in" if baseline_input else ""
@@ -330,7 +341,8 @@ def fitted_model(
             and run["train_config"].get("validation_batches", 4) == validation_batches
             and run["train_config"].get("final_lr_ratio", 0.2) == final_lr_ratio
             and run.get("seed", 0) == seed
-            and run["data"]["sizes"]["time"] == train.sizes["time"]
+            and run["data"]["time"] == period(train)
+            and (run.get("validation_data") or {}).get("time") == period(held_out)
             and run.get("learning_rate") == learning_rate
             and (baseline != SPATIAL or np.allclose(
                 model.baseline.neighbourhood, scales_km(np.stack(np.meshgrid(
@@ -339,12 +351,11 @@ def fitted_model(
         if same:
             return loaded, False
         print(f"the cached {case} model was fitted with other settings: refitting")
-    validation = validation_days(era5)
     every = max(steps // 10, 1) if budget is None else 25
     print(f"fitting the {case} model: {steps} steps, budget {budget} s, {tasks}")
     model = train.np.fit(
         "t2m", model=config, covariates=["hour_of_day"], tasks=tasks, steps=steps,
-        learning_rate=learning_rate, batch_size=8, validation=validation, time_budget=budget,
+        learning_rate=learning_rate, batch_size=8, validation=held_out, time_budget=budget,
         seed=seed, members=members,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
                            validation_batches=validation_batches, ema=ema,

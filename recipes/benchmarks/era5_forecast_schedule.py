@@ -167,7 +167,8 @@ def main() -> None:
             era5, args.case, STEPS[args.case], False,
             cache / (f"f{floor}_s{seed}" + (f"_d{days}" if days < 16 else "")),
             baseline=SPATIAL, baseline_input=True, seed=seed,
-            weight_decay=AR_WEIGHT_DECAY[args.case], final_lr_ratio=floor, train_days=days,
+            weight_decay=AR_WEIGHT_DECAY[args.case], final_lr_ratio=floor,
+            train_days=(17 - days, 16),
         )[0]  # fmt: skip
     print_validation_table(models, era5, args.case, kept_step=True, test=args.test)
     if not args.test:
