@@ -19,7 +19,7 @@ both scored on the forecasts valid on days 17–18 by the benchmark's scoring co
 The model's own baseline (the regression and the diurnal climatology) is fitted on
 its training days in each.
 
-    python recipes/benchmarks/era5_forecast_refit.py [--case "10 %"]
+    python recipes/benchmarks/era5_forecast_refit.py [--case "10 %"] [--seed 0]
 
 About 20 minutes for the 10 % case on two cores (cached in
 ``~/.cache/xnp/bench_era5_forecast/refit``).
@@ -61,15 +61,17 @@ from era5_forecast_schedule import STEPS
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=tuple(CASES), default="10 %")
+    parser.add_argument("--seed", type=int, default=0, help="seed of both fits (0)")
     args = parser.parse_args()
     era5 = open_era5()
     cache = CACHE / "refit"
-    common = {"baseline": SPATIAL, "baseline_input": True,
+    common = {"baseline": SPATIAL, "baseline_input": True, "seed": args.seed,
               "weight_decay": AR_WEIGHT_DECAY[args.case]}  # fmt: skip
-    held_out = fitted_model(era5, args.case, STEPS[args.case], False, cache / "held_out",
+    tag = f"_s{args.seed}" if args.seed else ""
+    held_out = fitted_model(era5, args.case, STEPS[args.case], False, cache / f"held_out{tag}",
                             train_days=(1, 14), validation=(15, 16), **common)[0]  # fmt: skip
     kept = held_out.training["best_step"]
-    refit = fitted_model(era5, args.case, kept, False, cache / "refit",
+    refit = fitted_model(era5, args.case, kept, False, cache / f"refit{tag}",
                          train_days=(1, 16), validation=None, **common)[0]  # fmt: skip
     models = {
         "held out: days 1–14, best step validated on 15–16": held_out,
