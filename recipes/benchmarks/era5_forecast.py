@@ -170,9 +170,24 @@ def subsample(data: xr.Dataset, fraction: float, seed: int) -> xr.Dataset:
 # --------------------------------------------------------------------------- xnp
 
 
-def validation_days(era5: xr.Dataset) -> xr.Dataset:
-    """The data of the forecasts valid on days 17–18 (their context frames start 24 h earlier)."""
-    return era5.isel(time=slice(TRAIN_END - FRAMES * STEP, VAL_END))
+def validation_days(
+    era5: xr.Dataset, days: tuple[int, int] = (TRAIN_END // 24 + 1, VAL_END // 24)
+) -> xr.Dataset:
+    """The data of the forecasts valid on ``days`` (17–18), from 24 h before (their context)."""
+    return era5.isel(time=slice(24 * (days[0] - 1) - FRAMES * STEP, 24 * days[1]))
+
+
+def forecast_inputs(
+    era5: xr.Dataset, init_idx: np.ndarray, fraction: float, seed: int
+) -> tuple[xr.Dataset, xr.Dataset]:
+    """The history up to the last of ``init_idx`` and the context of its forecasts.
+
+    The history is every frame up to the last initialisation, each subsampled to
+    ``fraction`` of its cells (``seed``); the context is that history from the first
+    forecast's first context frame on.
+    """
+    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), fraction, seed=seed)
+    return history, history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
 
 
 def validation_forecasts(
@@ -182,32 +197,35 @@ def validation_forecasts(
 
     Returns the initialisation times, the truth (days 17–18), the history up to the
     last initialisation (each frame subsampled to ``fraction`` of its cells, seed 20)
-    and the context of the forecasts (that history from the first forecast's first
-    context frame on).
+    and the context of the forecasts (:func:`forecast_inputs`).
     """
     init_idx = np.arange(TRAIN_END - LEAD, VAL_END - LEAD, 3)
-    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), fraction, seed=20)
-    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    history, context = forecast_inputs(era5, init_idx, fraction, seed=20)
     truth = era5.isel(time=slice(TRAIN_END, VAL_END))
     return era5.time.values[init_idx], truth, history, context
 
 
+def inits_on_test_days(era5: xr.Dataset, quick: bool) -> np.ndarray:
+    """Indices of the test forecasts' initialisations: every 3 h, valid on days 19–21.
+
+    With ``quick``, four of them spread over the days.
+    """
+    init_idx = np.arange(FIRST_VALID - LEAD, era5.sizes["time"] - LEAD, 3)
+    return init_idx[:: len(init_idx) // 4][:4] if quick else init_idx
+
+
 def forecasts_on_test_days(
-    era5: xr.Dataset, case: str, quick: bool = False
+    era5: xr.Dataset, case: str
 ) -> tuple[np.ndarray, xr.Dataset, xr.Dataset, xr.Dataset]:
     """The benchmark's test forecasts of ``case``, valid on days 19–21, initialised every 3 h.
 
-    Returns what :func:`validation_forecasts` does, for the test days: the
-    initialisation times (four of them with ``quick``), the truth, the history up to
-    the last initialisation (each frame subsampled to the case's fraction of its
-    cells, seed 10 + the case's place in :data:`CASES`) and the forecasts' context.
+    Returns what :func:`validation_forecasts` does, for the test days; each frame of
+    the history is subsampled to the case's fraction of its cells with seed 10 + the
+    case's place in :data:`CASES`, as :func:`main` does.
     """
-    init_idx = np.arange(FIRST_VALID - LEAD, era5.sizes["time"] - LEAD, 3)
-    if quick:
-        init_idx = init_idx[:: len(init_idx) // 4][:4]
+    init_idx = inits_on_test_days(era5, quick=False)
     seed = 10 + list(CASES).index(case)
-    history = subsample(era5.isel(time=slice(0, int(init_idx[-1]) + 1)), CASES[case][0], seed)
-    context = history.isel(time=slice(int(init_idx[0]) - (FRAMES - 1) * STEP, None))
+    history, context = forecast_inputs(era5, init_idx, CASES[case][0], seed)
     truth = era5.isel(time=slice(FIRST_VALID, None))
     return era5.time.values[init_idx], truth, history, context
 
@@ -292,10 +310,7 @@ def fitted_model(
     frames start a day earlier), or None: no validation, the last step is kept.
     """
     train = era5.isel(time=slice(24 * (train_days[0] - 1), 24 * train_days[1]))
-    held_out = None
-    if validation is not None:
-        held_out = era5.isel(time=slice(24 * (validation[0] - 1) - FRAMES * STEP,
-                                        24 * validation[1]))  # fmt: skip
+    held_out = None if validation is None else validation_days(era5, validation)
     fraction, max_context, max_targets = CASES[case]
     suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar"}[baseline]
     suffix += "_in" if baseline_input else ""
@@ -640,14 +655,16 @@ def main() -> None:
     t_start = time.perf_counter()
 
     era5 = open_era5()
-    inits, truth = forecasts_on_test_days(era5, next(iter(CASES)), args.quick)[:2]
+    init_idx = inits_on_test_days(era5, args.quick)
+    inits = era5.time.values[init_idx]
+    truth = era5.isel(time=slice(FIRST_VALID, None))
     print(f"{inits.size} forecasts, init {inits[0]} … {inits[-1]}")
     rows, trained, for_plot, calibration = [], {}, {}, []
     fit_seconds = fitted_seconds = 0.0
     convnp = quoted_convnp()
-    for case, (fraction, _, _) in CASES.items():
+    for k, (case, (fraction, _, _)) in enumerate(CASES.items()):
         # the test context: every frame up to the last initialisation, subsampled per frame
-        _, _, history, test_context = forecasts_on_test_days(era5, case, args.quick)
+        history, test_context = forecast_inputs(era5, init_idx, fraction, seed=10 + k)
         entries = {}
         budget = (1.0 if args.quick else BUDGET_MIN[case]) * 60.0
         for baseline, kind, inputs, members in xnp_variants:

@@ -159,16 +159,19 @@ def main() -> None:
         return
     cache = CACHE / "schedule"
     models = {}
-    runs = [(seed, floor, 16) for seed in args.seeds for floor in FLOORS]
+    last = TRAIN_END // 24  # the last training day (16): fits use days 1 to it
+    runs = [(seed, floor, last) for seed in args.seeds for floor in FLOORS]
     runs += [(seed, FLOORS[0], args.train_days) for seed in args.seeds if args.train_days]
     for seed, floor, days in runs:
-        name = f"seed {seed}, floor {floor} × peak" + (f", last {days} days" if days < 16 else "")
+        name = f"seed {seed}, floor {floor} × peak" + (
+            f", last {days} days" if days < last else ""
+        )
         models[name] = fitted_model(
             era5, args.case, STEPS[args.case], False,
-            cache / (f"f{floor}_s{seed}" + (f"_d{days}" if days < 16 else "")),
+            cache / (f"f{floor}_s{seed}" + (f"_d{days}" if days < last else "")),
             baseline=SPATIAL, baseline_input=True, seed=seed,
             weight_decay=AR_WEIGHT_DECAY[args.case], final_lr_ratio=floor,
-            train_days=(17 - days, 16),
+            train_days=(last + 1 - days, last),
         )[0]  # fmt: skip
     print_validation_table(models, era5, args.case, kept_step=True, test=args.test)
     if not args.test:
