@@ -123,7 +123,9 @@ def data():
     return drifting_grid(nt=96)
 
 
-@pytest.fixture(scope="module", params=["autoregressive", "autoregressive+spatial"])
+@pytest.fixture(
+    scope="module", params=["autoregressive", "autoregressive+spatial", "autoregressive+gradient"]
+)
 def fitted(data, request):
     """A forecast model of each regressive kind, per-cell and spatial."""
     with warnings.catch_warnings():
@@ -139,7 +141,8 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
 ):
     kind = fitted.task.baseline
     assert fitted.baseline.kind == kind
-    assert fitted.baseline.spatial == (kind == "autoregressive+spatial")
+    assert fitted.baseline.spatial == (kind != "autoregressive")
+    assert fitted.baseline.gradient == (kind == "autoregressive+gradient")
     assert fitted.baseline.lags.tolist() == [-6.0, -3.0]
     model = zero_change(fitted)
     t0 = data.time.values[86]
@@ -151,6 +154,7 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     loaded = xnp.load(fitted.save(tmp_path / "m"))
     assert loaded.baseline.kind == kind
     assert loaded.baseline.neighbourhood == fitted.baseline.neighbourhood
+    assert loaded.baseline.gradients == fitted.baseline.gradients
     np.testing.assert_array_equal(loaded.baseline.coef, fitted.baseline.coef)
     np.testing.assert_array_equal(loaded.baseline.lags, fitted.baseline.lags)
     again = loaded.predict(data, time=t0)
@@ -164,6 +168,15 @@ def test_malformed_coefficients_are_refused(fitted):
             ForecastBaseline.from_saved({**blob, "neighbourhood_km": [100.0]}, arrays)
         with pytest.raises(CheckpointError, match="malformed"):
             ForecastBaseline.from_saved({**blob, "neighbourhood_km": None}, arrays)
+        if fitted.baseline.gradient:
+            with pytest.raises(CheckpointError, match="gradient_km"):
+                ForecastBaseline.from_saved({**blob, "gradient_km": [0.0, 5.0]}, arrays)
+            with pytest.raises(CheckpointError, match="malformed"):
+                ForecastBaseline.from_saved({k: v for k, v in blob.items()
+                                             if k != "gradient_km"}, arrays)  # fmt: skip
+            spatial = dict(blob, kind="autoregressive+spatial")  # without the slopes' columns
+            with pytest.raises(CheckpointError, match="coefficients"):
+                ForecastBaseline.from_saved(spatial, arrays)
         own = dict(arrays, coef=arrays["coef"][..., :4, :])  # the own regressors only
         with pytest.raises(CheckpointError, match="coefficients"):
             ForecastBaseline.from_saved(blob, own)

@@ -14,7 +14,12 @@ model's):
   lead and initialisation hour on the training times (:mod:`xnp.data.lagged`);
 * ``"autoregressive+spatial"``: the same regression with what the neighbours know
   as well: the lagged changes averaged over the neighbourhood at two scales and the
-  place's anomaly from its surroundings (:mod:`xnp.data.neighbours`).
+  place's anomaly from its surroundings (:mod:`xnp.data.neighbours`);
+* ``"autoregressive+gradient"``: the spatial regression with the local gradient
+  (east and north) of the last frame at three scales and of its change since the
+  frame before: weather moves, and with coefficients per hour of the training
+  period the regression learns how the field's slopes carry into the next hours
+  (the mean advection).
 
 The rules, where a baseline cannot be formed exactly:
 
@@ -61,7 +66,7 @@ from scipy.spatial import cKDTree
 
 from xnp.data.coords import Layout, latlon
 from xnp.data.lagged import features, fit_coefficients, n_spatial, nearest_in_frame
-from xnp.data.neighbours import at_targets, scales_km
+from xnp.data.neighbours import at_targets, gradient_scales_km, scales_km
 from xnp.data.tasks import BASELINES, check_baseline
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError
@@ -125,8 +130,8 @@ class ForecastBaseline:
 
     Attributes
     ----------
-    kind : {"persistence", "persistence+diurnal", "autoregressive", "autoregressive+spatial"}
-        The baseline.
+    kind : str
+        The baseline, one of :data:`BASELINES`.
     variables : tuple of str
         The variables, in the order of the last axis of ``change``.
     leads : ndarray ``[L]``
@@ -143,11 +148,15 @@ class ForecastBaseline:
         changes the autoregressive baseline regresses on.
     coef : ndarray ``[L, H, F, Dy]``
         The autoregressive coefficients (intercept, one per lag, diurnal change, and
-        for the spatial kind the neighbourhood's: ``F = K + 2 + 2K + 1``); empty for
-        the other kinds.
+        for the spatial kind the neighbourhood's: ``F = K + 2 + 2K + 1``, and for the
+        gradient kind 2 per gradient scale more; :func:`xnp.data.lagged.n_spatial`);
+        empty for the other kinds.
     neighbourhood : tuple of float or None
         The kernel scales (km) of the spatial kind: the smoothings', then the
         anomaly's (:func:`xnp.data.neighbours.scales_km`); None for the others.
+    gradients : tuple of float or None
+        The gradient kind's scales (km): the last frame's, then its last change's
+        (:func:`xnp.data.neighbours.gradient_scales_km`); None for the others.
     scale : ndarray ``[Dy]`` or None
         The RMS error of the baseline over the training times, in the variables'
         units: the model predicts the change divided by it, so that its outputs
@@ -165,6 +174,7 @@ class ForecastBaseline:
     lags: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     coef: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
     neighbourhood: tuple[float, ...] | None = None
+    gradients: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         check_baseline(self.kind)
@@ -215,7 +225,12 @@ class ForecastBaseline:
     @property
     def spatial(self) -> bool:
         """Whether the regression also reads the neighbourhood (:mod:`xnp.data.neighbours`)."""
-        return self.kind == "autoregressive+spatial"
+        return self.kind in ("autoregressive+spatial", "autoregressive+gradient")
+
+    @property
+    def gradient(self) -> bool:
+        """Whether the regression also reads the local gradients (the gradient kind)."""
+        return self.kind == "autoregressive+gradient"
 
     @classmethod
     def fit(
@@ -303,17 +318,21 @@ class ForecastBaseline:
         change = _fill(change)
         lags = np.asarray(sorted(float(x) for x in lags), np.float64)
         coef = np.zeros((0, 0, 0, 0))
-        scales = scales_km(sites[keep], fraction) if kind == "autoregressive+spatial" else None
+        spatial = kind in ("autoregressive+spatial", "autoregressive+gradient")
+        scales = scales_km(sites[keep], fraction) if spatial else None
+        gradients = None
+        if kind == "autoregressive+gradient":
+            gradients = gradient_scales_km(sites[keep], fraction)
         if kind.startswith("autoregressive"):
             if (lags >= 0).any():
                 raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
             coef, sq, n = fit_coefficients(arrays, hours[:end], sites[keep], leads, lags,
                                            hour_list, change, fraction=fraction,
-                                           scales=scales)  # fmt: skip
+                                           scales=scales, gradients=gradients)  # fmt: skip
             scale = np.where(n > 0, np.sqrt(sq / np.maximum(n, 1)), scale)
         return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
                    sites[keep], change.astype(np.float32), scale, lags,
-                   coef.astype(np.float32), scales)  # fmt: skip
+                   coef.astype(np.float32), scales, gradients)  # fmt: skip
 
     def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
@@ -337,7 +356,13 @@ class ForecastBaseline:
         ``context`` is ``(s, t, f)`` of the target source's context points (``t``
         relative to the initialisation time ``reference``, hours since 1970), raw
         values; None when persistence cannot be formed (see :func:`persistence`).
+        Each distinct place is computed once (context frames on one grid repeat them).
         """
+        targets = np.asarray(targets, np.float64)
+        places, inverse = np.unique(targets, axis=0, return_inverse=True)
+        if len(places) < len(targets):
+            base = self.at(context, places, reference=reference, lead=lead)
+            return None if base is None else base[inverse.ravel()]
         last = persistence(*context, targets)
         if last is None:
             return None
@@ -353,7 +378,8 @@ class ForecastBaseline:
         if self.spatial:  # the last frame's nearest at each context point, as in the fit
             before = persistence(s, t, f, s)
             extra = at_targets(context, targets, last=last, before=before, latest=latest,
-                               lags=self.lags, scales=self.neighbourhood)  # fmt: skip
+                               lags=self.lags, scales=self.neighbourhood,
+                               gradients=self.gradients)  # fmt: skip
         x = features(last, lagged, np.asarray(change, np.float64), extra)  # [M, Dy, F]
         return last + np.einsum("mdf,fd->md", x, coef.astype(np.float64))
 
@@ -368,6 +394,7 @@ class ForecastBaseline:
             "scale": None if self.scale is None else [float(x) for x in self.scale],
             "lags": [float(x) for x in self.lags],
             "neighbourhood_km": None if self.neighbourhood is None else list(self.neighbourhood),
+            **({"gradient_km": list(self.gradients)} if self.gradients is not None else {}),
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -400,11 +427,18 @@ class ForecastBaseline:
             lags = np.asarray(blob.get("lags", []), np.float64)
             regressive = kind.startswith("autoregressive")
             coef = np.asarray(arrays["coef"], np.float32) if regressive else None
-            scales = blob.get("neighbourhood_km")
-            if kind == "autoregressive+spatial":
+            scales, gradients = blob.get("neighbourhood_km"), blob.get("gradient_km")
+            spatial = kind in ("autoregressive+spatial", "autoregressive+gradient")
+            if spatial:
                 scales = tuple(float(x) for x in scales)
                 if len(scales) < 2 or not all(x > 0 for x in scales):
                     raise ValueError(f"neighbourhood_km {scales!r} are not two or more scales > 0")
+            if kind == "autoregressive+gradient":
+                gradients = tuple(float(x) for x in gradients)
+                if len(gradients) < 2 or not all(x > 0 for x in gradients):
+                    raise ValueError(f"gradient_km {gradients!r} are not two or more scales > 0")
+            else:
+                gradients = None
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise CheckpointError(f"the model's forecast baseline is malformed: {err!r}.") from err
         expected = (leads.size, hours.size, len(sites), len(variables))
@@ -415,8 +449,7 @@ class ForecastBaseline:
             )
         if coef is None:
             return cls(kind, variables, leads, hours, sites, change, scale)
-        spatial = kind == "autoregressive+spatial"
-        n_coef = lags.size + 2 + (n_spatial(lags.size, scales) if spatial else 0)
+        n_coef = lags.size + 2 + (n_spatial(lags.size, scales, gradients) if spatial else 0)
         want = (leads.size, hours.size, n_coef, len(variables))
         if coef.shape != want or not np.isfinite(coef).all():
             raise CheckpointError(
@@ -424,7 +457,9 @@ class ForecastBaseline:
                 f"{want}, finite): the baseline file does not match its record."
             )
         scales = scales if spatial else None
-        return cls(kind, variables, leads, hours, sites, change, scale, lags, coef, scales)
+        return cls(
+            kind, variables, leads, hours, sites, change, scale, lags, coef, scales, gradients
+        )
 
 
 def _fill(change: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.spatial import cKDTree
 
-from xnp.data.neighbours import smooth
+from xnp.data.neighbours import gradients_of, smooth
 from xnp.data.times import match_hours
 from xnp.geo.sphere import unit_vectors
 
@@ -86,13 +86,21 @@ def features(
     return np.stack([np.ones_like(last), *lags, change, *extra], axis=-1)
 
 
-def n_spatial(n_lags: int, scales: Sequence[float]) -> int:
+def n_spatial(
+    n_lags: int, scales: Sequence[float], gradients: Sequence[float] | None = None
+) -> int:
     """How many neighbourhood regressors ``"autoregressive+spatial"`` adds for ``n_lags``.
 
     ``scales`` are the kernel scales (:func:`xnp.data.neighbours.scales_km`): the
-    smoothings', then the anomaly's.
+    smoothings', then the anomaly's.  ``gradients``
+    (:func:`xnp.data.neighbours.gradient_scales_km`, ``"autoregressive+gradient"``)
+    add two (east, north) per scale of the last frame and two for its last change
+    (when there is an earlier frame).
     """
-    return (len(scales) - 1) * n_lags + 1
+    count = (len(scales) - 1) * n_lags + 1
+    if gradients is not None:
+        count += 2 * (len(gradients) - 1) + (2 if n_lags else 0)
+    return count
 
 
 def spatial_at_sites(
@@ -101,13 +109,15 @@ def spatial_at_sites(
     last: np.ndarray,
     raw: Sequence[np.ndarray],
     seen: Sequence[np.ndarray],
+    gradients: Sequence[float] | None = None,
 ) -> list[np.ndarray]:
     """The neighbourhood regressors ``[n, S]`` at every training place.
 
     ``last`` is the filled last frame ``[n, S]``; ``raw`` and ``seen`` hold each
     context frame's values and observed masks ``[n, S]``, the earlier frames in the
     order of the lags and the last frame at the end; ``scales`` the kernel scales
-    (the smoothings', then the anomaly's).
+    (the smoothings', then the anomaly's); ``gradients`` the gradients' scales
+    (:func:`xnp.data.neighbours.gradients_of`), or None.
     """
     n, k = len(last), len(raw) - 1
     changes = np.concatenate([(frame - last).T for frame in raw[:-1]], 1)  # [S, k n]
@@ -118,6 +128,12 @@ def spatial_at_sites(
         out += [smoothed[:, j * n : (j + 1) * n].T for j in range(k)]
     anomaly = smooth(sites, sites, scales[-1], raw[-1].T, seen[-1].T).T
     out.append(last - anomaly)
+    if gradients is not None:
+        change = None
+        if k:  # the change since the frame before, at that frame's observations
+            change = (sites, (raw[-2] - last).T, seen[-2].T)
+        slopes = gradients_of((sites, raw[-1].T, seen[-1].T), change, sites, gradients)
+        out += [g.T for g in slopes]
     return out
 
 
@@ -151,6 +167,7 @@ def fit_coefficients(
     fraction: float = 1.0,
     seed: int = 0,
     scales: Sequence[float] | None = None,
+    gradients: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Least-squares coefficients per lead and initialisation hour.
 
@@ -175,6 +192,9 @@ def fit_coefficients(
         Kernel scales (km): adds the neighbourhood regressors of
         ``"autoregressive+spatial"`` (:mod:`xnp.data.neighbours`), averaged over the
         observations each frame keeps.
+    gradients : sequence of float, optional
+        The gradients' scales (km), with ``scales``: adds the gradient regressors of
+        ``"autoregressive+gradient"``.
 
     Returns
     -------
@@ -186,7 +206,7 @@ def fit_coefficients(
     """
     arrays = [np.asarray(a) for a in arrays]  # (a dask-backed variable: read once)
     n_lags, n_vars = len(lags), len(arrays)
-    n_extra = 0 if scales is None else n_spatial(n_lags, scales)
+    n_extra = 0 if scales is None else n_spatial(n_lags, scales, gradients)
     n_coef = n_lags + 2 + n_extra
     hod = np.round(np.mod(hours, 24.0)).astype(np.int64) % 24
     xyz = unit_vectors(np.asarray(sites, np.float64))
@@ -233,7 +253,7 @@ def fit_coefficients(
                     frames.append([observed(c, i) for i in at])
                     raw = [np.stack([x for x, _ in f]) for f in frames]
                     seen = [np.stack([ok for _, ok in f]) for f in frames]
-                    extra = spatial_at_sites(sites, scales, last, raw, seen)
+                    extra = spatial_at_sites(sites, scales, last, raw, seen, gradients)
                 diurnal = np.broadcast_to(change[a, b, :, c], last.shape)
                 x = features(last, lagged, diurnal, extra)
                 y = np.asarray(arrays[c][ahead[at]], np.float64) - last

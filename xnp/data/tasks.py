@@ -44,7 +44,13 @@ DEFAULT_MAX_POINTS = 1024
 
 _KM_PER_DEGREE = 111.195  # great-circle kilometres per degree of latitude
 #: Forecast baselines (:mod:`xnp.data.baseline`, which holds their rules).
-BASELINES = ("persistence", "persistence+diurnal", "autoregressive", "autoregressive+spatial")
+BASELINES = (
+    "persistence",
+    "persistence+diurnal",
+    "autoregressive",
+    "autoregressive+spatial",
+    "autoregressive+gradient",
+)
 
 
 def check_baseline(baseline: Any) -> None:
@@ -206,7 +212,10 @@ class ForecastTasks:
         regression of the change on that mean change and on the changes since the
         earlier context frames (``"autoregressive"``, fitted per lead and hour), and
         also on those changes averaged over the neighbourhood
-        (``"autoregressive+spatial"``, :mod:`xnp.data.neighbours`).  None: the
+        (``"autoregressive+spatial"``, :mod:`xnp.data.neighbours`), and also on the
+        local gradients of the last frame and of its change since the frame before
+        (``"autoregressive+gradient"``: with the coefficients per hour, the mean
+        advection of the training period).  None: the
         model predicts the field itself.
     baseline_input : bool
         Show the network the baseline: every context and target point gets one
