@@ -105,6 +105,35 @@ def test_inputs_go_before_the_source_channels():
     assert off.with_inputs(points, s) is points
 
 
+def test_a_forecast_forms_each_places_baseline_once():
+    """The context's places and the targets' overlap: each is formed once, with the values
+    of forming it alone (a place's baseline does not depend on the others asked with it)."""
+
+    class Counting:  # a baseline of known values per place, that counts what it forms
+        kind, variables = "persistence", ("t2m",)
+
+        def __init__(self):
+            self.formed = []
+
+        def at(self, observed, where, *, reference, lead):
+            self.formed.append(len(where))
+            return (where[:, :1] * 10.0 + where[:, 1:]).astype(np.float64)
+
+    grid = np.stack(np.meshgrid([50.0, 51.0, 52.0], [0.0, 1.0], indexing="ij"), -1).reshape(-1, 2)
+    base = Counting()
+    shift = BaselineShift(base, (grid, np.zeros(6), np.zeros((6, 1))), 0.0, 6.0,
+                          centre=np.array([0.0]), spread=np.array([1.0]))  # fmt: skip
+    context = np.concatenate([grid[:4], grid[:4]])  # two frames at four of the places
+    np.testing.assert_array_equal(shift.at(context), base.at(None, context, reference=0.0,
+                                                             lead=6.0))  # fmt: skip
+    assert base.formed[-2] == 4  # the repeated places once
+    np.testing.assert_array_equal(shift.at(grid[::-1]), base.at(None, grid[::-1], reference=0.0,
+                                                                lead=6.0))  # fmt: skip
+    assert base.formed[-2] == 2  # only the two places not formed before
+    shift.at(grid)
+    assert len(base.formed) == 4  # all known: nothing formed
+
+
 def tiny_fit(data):
     """Two steps of a tiny BSA-TNP shown its autoregressive baseline, on days 0–80 h."""
     with warnings.catch_warnings():

@@ -71,24 +71,35 @@ class BaselineShift:
     spread: np.ndarray
     inputs: bool = False
     covariate_channels: int = 0
-    #: the last places asked for and their baseline, as one tuple (blocks run in threads)
+    #: every place the baseline was formed at (row index by the place's bytes) and its
+    #: values, as one tuple replaced whole (blocks run in threads)
     _last: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def at(self, s: np.ndarray) -> np.ndarray:
-        """The baseline ``[N, Dy]`` at ``s`` ``[N, 2]`` (the last places' kept for reuse)."""
-        s = np.asarray(s)
-        hit = self._last.get("places")
-        if hit is not None and hit[0].shape == s.shape and np.array_equal(hit[0], s):
-            return hit[1]
-        base = self.baseline.at(self.observed, s, reference=self.reference, lead=self.lead)
-        if base is None:
-            raise EmptyDataError(
-                f"this model forecasts the change from {self.baseline.kind}, but some of "
-                f"{list(self.baseline.variables)} has no observation in the context frames "
-                "to persist; give observations of every variable."
-            )
-        self._last["places"] = (s.copy(), base)
-        return base
+        """The baseline ``[N, Dy]`` at ``s`` ``[N, 2]``.
+
+        Each place is formed once per forecast: the context's places (with
+        ``baseline_input``) and the targets' often coincide (a grid), and a place's
+        baseline does not depend on the others asked for with it.
+        """
+        s = np.ascontiguousarray(s, np.float64)
+        index, values = self._last.get("memo", ({}, None))
+        rows = np.fromiter((index.get(p.tobytes(), -1) for p in s), np.int64, len(s))
+        if (rows < 0).any():
+            new = np.unique(s[rows < 0], axis=0)
+            base = self.baseline.at(self.observed, new, reference=self.reference, lead=self.lead)
+            if base is None:
+                raise EmptyDataError(
+                    f"this model forecasts the change from {self.baseline.kind}, but some of "
+                    f"{list(self.baseline.variables)} has no observation in the context frames "
+                    "to persist; give observations of every variable."
+                )
+            start = 0 if values is None else len(values)
+            index = {**index, **{p.tobytes(): start + k for k, p in enumerate(new)}}
+            values = base if values is None else np.concatenate([values, base])
+            self._last["memo"] = (index, values)
+            rows = np.fromiter((index[p.tobytes()] for p in s), np.int64, len(s))
+        return values[rows]
 
     def with_inputs(self, points: Points, s: np.ndarray) -> Points:
         """``points`` (a batch of one at ``s``) with the baseline as input, if the model takes it.
