@@ -52,8 +52,9 @@ above.  With coefficients per initialisation hour, the regression learns how the
 slopes of the field carry into the next hours: ``-u·∇T``, advection by the training
 period's mean wind, and whatever else a slope foretells.  On the validation days of
 ERA5 UK (fitted on days 1–16, the 100 % case), the regression alone forecast with RMSE
-1.092 K against the spatial kind's 1.172 K (the scales were set once, before any
-network was fitted on it, from three choices tried on the regression alone).
+1.092 K against the spatial kind's 1.172 K (the scales were chosen on those days
+among three sets tried on the regression alone, before any network was fitted on it;
+the gradients of the earlier frames' changes added nothing there).
 
 Examples
 --------
@@ -137,15 +138,15 @@ def spacing_km(sites: np.ndarray) -> float:
     xyz = unit_vectors(np.asarray(sites, np.float64))
     if len(xyz) < 2:
         raise ConfigError(
-            "baseline='autoregressive+spatial' needs at least two places to have neighbours; "
-            "use baseline='autoregressive'."
+            "the spatial baselines ('autoregressive+spatial', '+gradient') need at least two "
+            "places to have neighbours; use baseline='autoregressive'."
         )
     chord, _ = cKDTree(xyz).query(xyz, k=2)
     spacing = float(np.median(_km(chord[:, 1])))
     if not spacing > 0:
         raise ConfigError(
             "most places of the training data coincide (median spacing 0 km): "
-            "baseline='autoregressive+spatial' needs distinct places."
+            "the spatial baselines ('autoregressive+spatial', '+gradient') need distinct places."
         )
     return spacing
 
