@@ -72,14 +72,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import open_era5
 from era5_forecast import (
     AR_WEIGHT_DECAY,
-    CACHE,
     CASES,
     GRADIENT,
     SPATIAL,
     fitted_model,
     print_validation_table,
 )
-from era5_forecast_schedule import STEPS
+from era5_forecast_schedule import STEPS, fit_folder
 
 import xnp
 
@@ -95,7 +94,7 @@ def main() -> None:
     for seed in args.seeds:
         for baseline in (SPATIAL, GRADIENT):
             models[f"{baseline}, seed {seed}"] = fitted_model(
-                era5, args.case, STEPS[args.case], False, CACHE / "schedule" / f"f0.2_s{seed}",
+                era5, args.case, STEPS[args.case], False, fit_folder(seed),
                 baseline=baseline, baseline_input=True, seed=seed,
                 weight_decay=AR_WEIGHT_DECAY[args.case],
             )[0]  # fmt: skip

@@ -81,6 +81,13 @@ FLOORS = (0.2, 0.01)
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def fit_folder(seed: int, floor: float = FLOORS[0], days: int | None = None) -> Path:
+    """The cache folder of this study's fits of one seed and floor (on the last ``days``)."""
+    last = TRAIN_END // 24
+    tag = f"_d{days}" if days is not None and days < last else ""
+    return CACHE / "schedule" / f"f{floor}_s{seed}{tag}"
+
+
 def plot_nll_by_step(models: dict, path: Path, *, title: str) -> None:
     """Training and validation NLL against the step, one colour a fit, to ``path``.
 
@@ -157,7 +164,6 @@ def main() -> None:
     if args.diurnal:
         diurnal_smoothing(era5)
         return
-    cache = CACHE / "schedule"
     models = {}
     last = TRAIN_END // 24  # the last training day (16): fits use days 1 to it
     runs = [(seed, floor, last) for seed in args.seeds for floor in FLOORS]
@@ -167,8 +173,7 @@ def main() -> None:
             f", last {days} days" if days < last else ""
         )
         models[name] = fitted_model(
-            era5, args.case, STEPS[args.case], False,
-            cache / (f"f{floor}_s{seed}" + (f"_d{days}" if days < last else "")),
+            era5, args.case, STEPS[args.case], False, fit_folder(seed, floor, days),
             baseline=SPATIAL, baseline_input=True, seed=seed,
             weight_decay=AR_WEIGHT_DECAY[args.case], final_lr_ratio=floor,
             train_days=(last + 1 - days, last),

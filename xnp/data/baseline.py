@@ -76,6 +76,8 @@ __all__ = ["BASELINES", "MAX_SITES", "ForecastBaseline", "check_baseline", "pers
 
 #: Most places a diurnal climatology keeps (evenly thinned beyond).
 MAX_SITES = 16_384
+#: The kinds whose regression also reads the neighbourhood (:mod:`xnp.data.neighbours`).
+SPATIAL_KINDS = ("autoregressive+spatial", "autoregressive+gradient")
 
 
 def persistence(
@@ -225,7 +227,7 @@ class ForecastBaseline:
     @property
     def spatial(self) -> bool:
         """Whether the regression also reads the neighbourhood (:mod:`xnp.data.neighbours`)."""
-        return self.kind in ("autoregressive+spatial", "autoregressive+gradient")
+        return self.kind in SPATIAL_KINDS
 
     @property
     def gradient(self) -> bool:
@@ -318,8 +320,7 @@ class ForecastBaseline:
         change = _fill(change)
         lags = np.asarray(sorted(float(x) for x in lags), np.float64)
         coef = np.zeros((0, 0, 0, 0))
-        spatial = kind in ("autoregressive+spatial", "autoregressive+gradient")
-        scales = scales_km(sites[keep], fraction) if spatial else None
+        scales = scales_km(sites[keep], fraction) if kind in SPATIAL_KINDS else None
         gradients = None
         if kind == "autoregressive+gradient":
             gradients = gradient_scales_km(sites[keep], fraction)
@@ -428,7 +429,7 @@ class ForecastBaseline:
             regressive = kind.startswith("autoregressive")
             coef = np.asarray(arrays["coef"], np.float32) if regressive else None
             scales, gradients = blob.get("neighbourhood_km"), blob.get("gradient_km")
-            spatial = kind in ("autoregressive+spatial", "autoregressive+gradient")
+            spatial = kind in SPATIAL_KINDS
             if spatial:
                 scales = tuple(float(x) for x in scales)
                 if len(scales) < 2 or not all(x > 0 for x in scales):

@@ -115,9 +115,7 @@ def scales_km(sites: np.ndarray, fraction: float = 1.0) -> tuple[float, ...]:
     kept observations, whose spacing is about ``spacing / sqrt(fraction)``, so the
     scales are multiples of that.
     """
-    if not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"fraction must be in (0, 1]; got {fraction}.")
-    spacing = spacing_km(sites) / np.sqrt(fraction)
+    spacing = _kept_spacing_km(sites, fraction)
     return tuple(float(k * spacing) for k in (*SMOOTHING, ANOMALY))
 
 
@@ -127,10 +125,15 @@ def gradient_scales_km(sites: np.ndarray, fraction: float = 1.0) -> tuple[float,
     As :func:`scales_km`: multiples of the spacing of the observations each frame
     keeps, ``spacing / sqrt(fraction)``.
     """
+    spacing = _kept_spacing_km(sites, fraction)
+    return tuple(float(k * spacing) for k in GRADIENT)
+
+
+def _kept_spacing_km(sites: np.ndarray, fraction: float) -> float:
+    """The spacing of the observations a frame keeps: ``spacing / sqrt(fraction)``."""
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"fraction must be in (0, 1]; got {fraction}.")
-    spacing = spacing_km(sites) / np.sqrt(fraction)
-    return tuple(float(k * spacing) for k in GRADIENT)
+    return spacing_km(sites) / np.sqrt(fraction)
 
 
 def spacing_km(sites: np.ndarray) -> float:
@@ -273,9 +276,10 @@ def gradient(
             -2,
         )  # [m, B, 3, 3]
         ridge = 1e-3 * s0  # on the slopes only
-        gram[..., 0, 0] += np.where(s0 > 0, 0.0, 1.0)  # keeps an empty target solvable
-        gram[..., 1, 1] += ridge + np.where(s0 > 0, 0.0, 1.0)
-        gram[..., 2, 2] += ridge + np.where(s0 > 0, 0.0, 1.0)
+        empty = np.where(s0 > 0, 0.0, 1.0)  # keeps a target without neighbours solvable
+        gram[..., 0, 0] += empty
+        gram[..., 1, 1] += ridge + empty
+        gram[..., 2, 2] += ridge + empty
         fit = np.linalg.solve(gram, np.stack([r0, re, rn], -1)[..., None])[..., 0]
         east_out[start : start + chunk] = np.where(s0 > 0, fit[..., 1], 0.0)
         north_out[start : start + chunk] = np.where(s0 > 0, fit[..., 2], 0.0)
@@ -299,7 +303,7 @@ def gradients_of(
     for sigma in scales[:-1]:
         out += list(gradient(places, targets, sigma, values, observed))
     if change is not None:
-        out += list(gradient(change[0], targets, scales[-1], change[1], change[2]))
+        out += list(gradient(change[0], targets, scales[-1], *change[1:]))
     return out
 
 

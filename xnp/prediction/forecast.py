@@ -20,6 +20,7 @@ import xarray as xr
 from xnp.arrays import Points
 from xnp.data.baseline import ForecastBaseline
 from xnp.data.covariates import covariate_channels
+from xnp.data.task_edits import BaselineField
 from xnp.data.tasks import ForecastTasks
 from xnp.data.times import match_hours, time_hours
 from xnp.errors import (
@@ -27,6 +28,7 @@ from xnp.errors import (
     EmptyDataError,
     XnpWarning,
 )
+from xnp.geo.sphere import unit_vectors
 from xnp.prediction.context import Options, build_context
 from xnp.prediction.frames import select_times
 from xnp.prediction.run import run_targets
@@ -71,35 +73,43 @@ class BaselineShift:
     spread: np.ndarray
     inputs: bool = False
     covariate_channels: int = 0
-    #: every place the baseline was formed at (row index by the place's bytes) and its
-    #: values, as one tuple replaced whole (blocks run in threads)
+    #: the baseline at every place formed so far (:class:`~xnp.data.task_edits.BaselineField`),
+    #: replaced whole when it grows (blocks run in threads)
     _last: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def at(self, s: np.ndarray) -> np.ndarray:
         """The baseline ``[N, Dy]`` at ``s`` ``[N, 2]``.
 
-        Each place is formed once per forecast: the context's places (with
-        ``baseline_input``) and the targets' often coincide (a grid), and a place's
-        baseline does not depend on the others asked for with it.
+        Each place is formed once per forecast, as the training sampler keeps an
+        anchor's baseline field: the context's places (with ``baseline_input``) and
+        the targets' often coincide (a grid), and a place's baseline does not
+        depend on the others asked for with it.
         """
-        s = np.ascontiguousarray(s, np.float64)
-        index, values = self._last.get("memo", ({}, None))
-        rows = np.fromiter((index.get(p.tobytes(), -1) for p in s), np.int64, len(s))
-        if (rows < 0).any():
-            new = np.unique(s[rows < 0], axis=0)
-            base = self.baseline.at(self.observed, new, reference=self.reference, lead=self.lead)
+        s = np.asarray(s, np.float64)
+        field = self._last.get("field")
+        formed: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def form(where: np.ndarray) -> np.ndarray:
+            places, inverse = np.unique(where, axis=0, return_inverse=True)
+            base = self.baseline.at(self.observed, places, reference=self.reference,
+                                    lead=self.lead)  # fmt: skip
             if base is None:
                 raise EmptyDataError(
                     f"this model forecasts the change from {self.baseline.kind}, but some of "
                     f"{list(self.baseline.variables)} has no observation in the context frames "
                     "to persist; give observations of every variable."
                 )
-            start = 0 if values is None else len(values)
-            index = {**index, **{p.tobytes(): start + k for k, p in enumerate(new)}}
-            values = base if values is None else np.concatenate([values, base])
-            self._last["memo"] = (index, values)
-            rows = np.fromiter((index[p.tobytes()] for p in s), np.int64, len(s))
-        return values[rows]
+            formed.append((places, base))
+            return base[inverse.ravel()]
+
+        out = form(s) if field is None else field.at(s, form)
+        if formed:
+            (places, base), old = formed[0], [] if field is None else [field]
+            self._last["field"] = BaselineField(
+                np.concatenate([f.values for f in old] + [base]),
+                np.concatenate([f.where for f in old] + [unit_vectors(places)]),
+            )
+        return out
 
     def with_inputs(self, points: Points, s: np.ndarray) -> Points:
         """``points`` (a batch of one at ``s``) with the baseline as input, if the model takes it.
