@@ -73,6 +73,7 @@ from _report import open_era5
 from era5_forecast import (
     AR_WEIGHT_DECAY,
     CASES,
+    CLIMATOLOGY,
     GRADIENT,
     SPATIAL,
     fitted_model,
@@ -82,17 +83,23 @@ from era5_forecast_schedule import STEPS, fit_folder
 
 import xnp
 
+#: The baselines the study can compare, by their short names.
+KINDS = {"spatial": SPATIAL, "gradient": GRADIENT, "climatology": CLIMATOLOGY}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=tuple(CASES), default="10 %")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--test", action="store_true", help="score on the test days instead")
+    parser.add_argument("--kinds", nargs="+", choices=tuple(KINDS),
+                        default=["spatial", "gradient"],
+                        help="the baselines compared (spatial gradient)")  # fmt: skip
     args = parser.parse_args()
     era5 = open_era5()
     models: dict[str, xnp.NeuralProcess] = {}
     for seed in args.seeds:
-        for baseline in (SPATIAL, GRADIENT):
+        for baseline in (KINDS[k] for k in args.kinds):
             models[f"{baseline}, seed {seed}"] = fitted_model(
                 era5, args.case, STEPS[args.case], False, fit_folder(seed),
                 baseline=baseline, baseline_input=True, seed=seed,

@@ -69,6 +69,7 @@ import numpy as np
 import xarray as xr
 from scipy.spatial import cKDTree
 
+from xnp.data.climatology import fill_places, hourly_means, interpolate
 from xnp.data.coords import Layout, latlon
 from xnp.data.lagged import features, fit_coefficients, n_spatial, nearest_in_frame
 from xnp.data.neighbours import at_targets, gradient_scales_km, scales_km
@@ -335,14 +336,16 @@ class ForecastBaseline:
         scale = np.sqrt(squares / counts)  # 0 where the baseline is exact: see ratio()
         if not diurnal:
             return cls(kind, variables, scale=scale)
-        change = _fill(change)
+        change = fill_places(change)
         lags = np.asarray(sorted(float(x) for x in lags), np.float64)
         coef = np.zeros((0, 0, 0, 0))
         scales = scales_km(sites[keep], fraction) if kind in SPATIAL_KINDS else None
         gradients = None
         if kind in GRADIENT_KINDS:
             gradients = gradient_scales_km(sites[keep], fraction)
-        level = _level(arrays, hod, hour_list) if kind == "autoregressive+climatology" else None
+        level = None
+        if kind == "autoregressive+climatology":
+            level = hourly_means(arrays, hod, hour_list)
         if kind.startswith("autoregressive"):
             if (lags >= 0).any():
                 raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
@@ -362,8 +365,8 @@ class ForecastBaseline:
             return np.zeros((len(targets), len(self.variables)), np.float32)
         _, site = self._sites_tree.query(unit_vectors(np.asarray(targets)))
         by_lead = self.change[:, :, site]  # [L, H, M, Dy]
-        by_hour = _interpolate(by_lead, self.leads, float(lead), circular=False)
-        return _interpolate(by_hour, self.hours, float(hour) % 24.0, circular=True)
+        by_hour = interpolate(by_lead, self.leads, float(lead), circular=False)
+        return interpolate(by_hour, self.hours, float(hour) % 24.0, circular=True)
 
     def at(
         self,
@@ -394,8 +397,8 @@ class ForecastBaseline:
         s, t, f = context
         latest = float(np.max(np.asarray(t)[np.isfinite(np.asarray(f, np.float64)).any(1)]))
         lagged = [nearest_in_frame(s, t, f, targets, time=latest + lag) for lag in self.lags]
-        by_lead = _interpolate(self.coef, self.leads, float(lead), circular=False)
-        coef = _interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
+        by_lead = interpolate(self.coef, self.leads, float(lead), circular=False)
+        coef = interpolate(by_lead, self.hours, reference % 24.0, circular=True)  # [F, Dy]
         extra = []
         if self.spatial:  # the last frame's nearest at each context point, as in the fit
             before = persistence(s, t, f, s)
@@ -410,7 +413,7 @@ class ForecastBaseline:
     def level_at(self, targets: np.ndarray, *, hour: float) -> np.ndarray:
         """The mean field ``[M, Dy]`` at ``targets`` at ``hour`` of day (the climatology kind)."""
         _, site = self._sites_tree.query(unit_vectors(np.asarray(targets)))
-        return _interpolate(self.level[:, site], self.hours, float(hour) % 24.0, circular=True)
+        return interpolate(self.level[:, site], self.hours, float(hour) % 24.0, circular=True)
 
     # -- saving -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -498,52 +501,3 @@ class ForecastBaseline:
         scales = scales if spatial else None
         return cls(kind, variables, leads, hours, sites, change, scale, lags, coef, scales,
                    gradients, level)  # fmt: skip
-
-
-def _fill(change: np.ndarray) -> np.ndarray:
-    """Places never observed at an hour take the hour's mean over the places."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(change, axis=2, keepdims=True)
-    if not np.isfinite(mean).all():
-        raise EmptyDataError(
-            "a variable was never observed at two times a lead apart in the training data, "
-            "so its mean change cannot be learned; use baseline='persistence' or none."
-        )
-    return np.where(np.isfinite(change), change, mean)
-
-
-def _level(arrays: Sequence[np.ndarray], hod: np.ndarray, hour_list: np.ndarray) -> np.ndarray:
-    """The mean field ``[H, S, Dy]`` per hour of ``hour_list`` and place over the times.
-
-    ``arrays`` hold each variable's training values ``[T, S]``, ``hod`` the times'
-    hours of day; a place never observed at an hour takes the hour's mean over the
-    places (as the diurnal change does).
-    """
-    level = np.full((hour_list.size, arrays[0].shape[1], len(arrays)), np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # never observed: NaN
-        for b, h in enumerate(hour_list):
-            at = hod == h
-            for c, x in enumerate(arrays):
-                level[b, :, c] = np.nanmean(np.asarray(x[at], np.float64), axis=0)
-    return _fill(level[None])[0]
-
-
-def _interpolate(values: np.ndarray, axis: np.ndarray, x: float, *, circular: bool) -> np.ndarray:
-    """``values`` (first axis along ``axis``) at ``x``: linear between neighbours.
-
-    Circular axes (hours of day, period 24) wrap; others are clamped at their ends.
-    """
-    if axis.size == 1:
-        return values[0]
-    if circular:
-        grid = np.concatenate([axis - 24.0, axis, axis + 24.0])
-        values = np.concatenate([values, values, values])
-    else:
-        grid = axis
-        x = float(np.clip(x, axis.min(), axis.max()))
-    hi = int(np.clip(np.searchsorted(grid, x), 1, grid.size - 1))
-    lo = hi - 1
-    w = 0.0 if grid[hi] == grid[lo] else (x - grid[lo]) / (grid[hi] - grid[lo])
-    return ((1.0 - w) * values[lo] + w * values[hi]).astype(np.float32)
