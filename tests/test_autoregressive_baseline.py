@@ -9,7 +9,7 @@ from strategies import grid_dataset
 from test_forecast_baseline import diurnal_grid, zero_change
 
 import xnp
-from xnp.data.baseline import GRADIENT_KINDS, ForecastBaseline
+from xnp.data.baseline import ForecastBaseline
 from xnp.data.coords import find_coords
 from xnp.data.lagged import features, nearest_in_frame
 from xnp.data.tasks import ForecastTasks
@@ -124,13 +124,7 @@ def data():
 
 
 @pytest.fixture(
-    scope="module",
-    params=[
-        "autoregressive",
-        "autoregressive+spatial",
-        "autoregressive+gradient",
-        "autoregressive+climatology",
-    ],
+    scope="module", params=["autoregressive", "autoregressive+spatial", "autoregressive+gradient"]
 )
 def fitted(data, request):
     """A forecast model of each regressive kind, per-cell and spatial."""
@@ -148,8 +142,7 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     kind = fitted.task.baseline
     assert fitted.baseline.kind == kind
     assert fitted.baseline.spatial == (kind != "autoregressive")
-    assert fitted.baseline.gradient == (kind in GRADIENT_KINDS)
-    assert fitted.baseline.anomaly == (kind == "autoregressive+climatology")
+    assert fitted.baseline.gradient == (kind == "autoregressive+gradient")
     assert fitted.baseline.lags.tolist() == [-6.0, -3.0]
     model = zero_change(fitted)
     t0 = data.time.values[86]
@@ -163,7 +156,6 @@ def test_a_model_of_no_change_forecasts_the_regression_eager_lazy_and_saved(
     assert loaded.baseline.neighbourhood == fitted.baseline.neighbourhood
     assert loaded.baseline.gradients == fitted.baseline.gradients
     np.testing.assert_array_equal(loaded.baseline.coef, fitted.baseline.coef)
-    np.testing.assert_array_equal(loaded.baseline.level, fitted.baseline.level)
     np.testing.assert_array_equal(loaded.baseline.lags, fitted.baseline.lags)
     again = loaded.predict(data, time=t0)
     np.testing.assert_array_equal(again.t2m_mean.values, fitted.predict(data, time=t0).t2m_mean)
@@ -185,15 +177,6 @@ def test_malformed_coefficients_are_refused(fitted):
             spatial = dict(blob, kind="autoregressive+spatial")  # without the slopes' columns
             with pytest.raises(CheckpointError, match="coefficients"):
                 ForecastBaseline.from_saved(spatial, arrays)
-        if fitted.baseline.anomaly:
-            with pytest.raises(CheckpointError, match="mean field"):
-                ForecastBaseline.from_saved(blob, dict(arrays, level=arrays["level"][:, :1]))
-            with pytest.raises(CheckpointError, match="malformed"):
-                ForecastBaseline.from_saved(blob, {k: v for k, v in arrays.items()
-                                                   if k != "level"})  # fmt: skip
-            slopes = dict(blob, kind="autoregressive+gradient")  # one column too many
-            with pytest.raises(CheckpointError, match="coefficients"):
-                ForecastBaseline.from_saved(slopes, arrays)
         own = dict(arrays, coef=arrays["coef"][..., :4, :])  # the own regressors only
         with pytest.raises(CheckpointError, match="coefficients"):
             ForecastBaseline.from_saved(blob, own)
@@ -210,19 +193,3 @@ def test_one_frame_regresses_on_the_diurnal_change_alone():
     base = ForecastBaseline.fit("autoregressive", ds, find_coords(ds, "t2m"), ["t2m"], [6.0])
     assert base.coef.shape[2] == 2
     assert base.lags.size == 0
-
-
-def test_the_climatology_kind_keeps_the_mean_field_per_hour_and_place():
-    ds = grid_dataset(nt=96, step_hours=1)
-    x = ds.t2m.transpose("time", ...).values.reshape(96, -1).astype(np.float64)
-    base = ForecastBaseline.fit("autoregressive+climatology", ds, find_coords(ds, "t2m"),
-                                ["t2m"], [6.0], end=72, lags=[-6.0])  # fmt: skip
-    assert base.level.shape == (24, x.shape[1], 1)
-    hours = base.hours.astype(int).tolist()
-    for h in (0, 7, 23):  # the mean of the training days' values at that hour, per place
-        np.testing.assert_allclose(base.level[hours.index(h), :, 0], x[h:72:24].mean(0), rtol=1e-6)
-    s = np.stack(np.meshgrid(ds.lat, ds.lon, indexing="ij"), -1).reshape(-1, 2)
-    halfway = base.level_at(s, hour=7.5)[:, 0]  # between the hours, linearly
-    np.testing.assert_allclose(halfway, 0.5 * (x[7:72:24].mean(0) + x[8:72:24].mean(0)),
-                               rtol=1e-6)  # fmt: skip
-    np.testing.assert_allclose(base.level_at(s, hour=31.0), base.level_at(s, hour=7.0))

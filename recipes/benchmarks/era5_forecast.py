@@ -87,8 +87,6 @@ BASELINE, REGRESSION = "persistence+diurnal", "autoregressive"
 SPATIAL = "autoregressive+spatial"
 #: ... and also the local gradients (era5_forecast_gradient.py; xnp.data.neighbours).
 GRADIENT = "autoregressive+gradient"
-#: ... and also the departure from the place's mean at the hour (era5_forecast_gradient.py).
-CLIMATOLOGY = "autoregressive+climatology"
 #: The xnp variants of each case: (baseline, model, whether the network sees the
 #: baseline as input: ``ForecastTasks(baseline_input=True)``, ensemble members:
 #: ``fit(..., members=k)``, sharing the budget).  No variant is an ensemble: on the
@@ -317,8 +315,9 @@ def fitted_model(
     train = era5.isel(time=slice(24 * (train_days[0] - 1), 24 * train_days[1]))
     held_out = None if validation is None else validation_days(era5, validation)
     fraction, max_context, max_targets = CASES[case]
-    suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar", GRADIENT: "_gar",
-              CLIMATOLOGY: "_car"}[baseline]  # fmt: skip
+    suffix = {None: "", BASELINE: "_base", REGRESSION: "_ar", SPATIAL: "_sar", GRADIENT: "_gar"}[
+        baseline
+    ]
     suffix += "_in" if baseline_input else ""
     suffix += f"_ens{members}" if members > 1 else ""
     path = cache / ("frac" + str(round(100 * fraction)) + suffix

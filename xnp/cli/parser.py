@@ -203,15 +203,13 @@ def _add_fit(subs: Any) -> None:
             "autoregressive",
             "autoregressive+spatial",
             "autoregressive+gradient",
-            "autoregressive+climatology",
         ),
         help="forecast tasks: predict the change from the last observation (persistence), "
         "plus the training days' mean change for the place and hour (persistence+diurnal), "
         "or plus a regression on that change and the changes since the earlier frames "
         "(autoregressive), and on their neighbourhood means (autoregressive+spatial), "
         "and on the local gradients of the last frame and its last change "
-        "(autoregressive+gradient), and on the last value's departure from the place's "
-        "mean at that hour (autoregressive+climatology) "
+        "(autoregressive+gradient) "
         "(default: autoregressive for sub-daily steps, else "
         "persistence; none: the field itself)",
     )

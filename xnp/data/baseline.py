@@ -19,12 +19,7 @@ model's):
   (east and north) of the last frame at three scales and of its change since the
   frame before: weather moves, and with coefficients per hour of the training
   period the regression learns how the field's slopes carry into the next hours
-  (the mean advection);
-* ``"autoregressive+climatology"``: the gradient regression with the last value's
-  departure from the place's mean field at the initialisation's hour of day (the
-  training times' mean, stored with the model beside the diurnal change): weather
-  away from the usual for the place and hour tends back to it, and the departure
-  says how far it is (a warm night under cloud, a cold pool after a clear one).
+  (the mean advection).
 
 The rules, where a baseline cannot be formed exactly:
 
@@ -69,7 +64,7 @@ import numpy as np
 import xarray as xr
 from scipy.spatial import cKDTree
 
-from xnp.data.climatology import fill_places, hourly_means, interpolate
+from xnp.data.climatology import fill_places, interpolate
 from xnp.data.coords import Layout, latlon
 from xnp.data.lagged import features, fit_coefficients, n_spatial, nearest_in_frame
 from xnp.data.neighbours import at_targets, gradient_scales_km, scales_km
@@ -83,9 +78,7 @@ __all__ = ["BASELINES", "MAX_SITES", "ForecastBaseline", "check_baseline", "pers
 #: Most places a diurnal climatology keeps (evenly thinned beyond).
 MAX_SITES = 16_384
 #: The kinds whose regression also reads the neighbourhood (:mod:`xnp.data.neighbours`).
-SPATIAL_KINDS = ("autoregressive+spatial", "autoregressive+gradient", "autoregressive+climatology")
-#: The kinds whose regression also reads the local gradients.
-GRADIENT_KINDS = ("autoregressive+gradient", "autoregressive+climatology")
+SPATIAL_KINDS = ("autoregressive+spatial", "autoregressive+gradient")
 
 
 def persistence(
@@ -158,20 +151,15 @@ class ForecastBaseline:
         changes the autoregressive baseline regresses on.
     coef : ndarray ``[L, H, F, Dy]``
         The autoregressive coefficients (intercept, one per lag, diurnal change, and
-        for the spatial kind the neighbourhood's: ``F = K + 2 + 2K + 1``, for the
-        gradient kind 2 per gradient scale more, and for the climatology kind one more
-        still, the departure from :attr:`level`; :func:`xnp.data.lagged.n_spatial`);
+        for the spatial kind the neighbourhood's: ``F = K + 2 + 2K + 1``, and for the
+        gradient kind 2 per gradient scale more; :func:`xnp.data.lagged.n_spatial`);
         empty for the other kinds.
     neighbourhood : tuple of float or None
         The kernel scales (km) of the spatial kind: the smoothings', then the
         anomaly's (:func:`xnp.data.neighbours.scales_km`); None for the others.
     gradients : tuple of float or None
-        The gradient and climatology kinds' scales (km): the last frame's, then its
-        last change's (:func:`xnp.data.neighbours.gradient_scales_km`); None for the
-        others.
-    level : ndarray ``[H, S, Dy]``
-        The climatology kind's mean field per hour of day (:attr:`hours`) and place
-        over the training times (float32); empty for the other kinds.
+        The gradient kind's scales (km): the last frame's, then its last change's
+        (:func:`xnp.data.neighbours.gradient_scales_km`); None for the others.
     scale : ndarray ``[Dy]`` or None
         The RMS error of the baseline over the training times, in the variables'
         units: the model predicts the change divided by it, so that its outputs
@@ -190,7 +178,6 @@ class ForecastBaseline:
     coef: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0, 0)))
     neighbourhood: tuple[float, ...] | None = None
     gradients: tuple[float, ...] | None = None
-    level: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0)))
 
     def __post_init__(self) -> None:
         check_baseline(self.kind)
@@ -245,13 +232,8 @@ class ForecastBaseline:
 
     @property
     def gradient(self) -> bool:
-        """Whether the regression also reads the local gradients (:data:`GRADIENT_KINDS`)."""
-        return self.kind in GRADIENT_KINDS
-
-    @property
-    def anomaly(self) -> bool:
-        """Whether the regression also reads the departure from :attr:`level`."""
-        return self.kind == "autoregressive+climatology"
+        """Whether the regression also reads the local gradients (the gradient kind)."""
+        return self.kind == "autoregressive+gradient"
 
     @classmethod
     def fit(
@@ -341,23 +323,18 @@ class ForecastBaseline:
         coef = np.zeros((0, 0, 0, 0))
         scales = scales_km(sites[keep], fraction) if kind in SPATIAL_KINDS else None
         gradients = None
-        if kind in GRADIENT_KINDS:
+        if kind == "autoregressive+gradient":
             gradients = gradient_scales_km(sites[keep], fraction)
-        level = None
-        if kind == "autoregressive+climatology":
-            level = hourly_means(arrays, hod, hour_list)
         if kind.startswith("autoregressive"):
             if (lags >= 0).any():
                 raise ConfigError(f"lags must be negative hours; got {lags.tolist()}.")
             coef, sq, n = fit_coefficients(arrays, hours[:end], sites[keep], leads, lags,
                                            hour_list, change, fraction=fraction,
-                                           scales=scales, gradients=gradients,
-                                           level=level)  # fmt: skip
+                                           scales=scales, gradients=gradients)  # fmt: skip
             scale = np.where(n > 0, np.sqrt(sq / np.maximum(n, 1)), scale)
-        level = np.zeros((0, 0, 0)) if level is None else level.astype(np.float32)
         return cls(kind, variables, np.asarray(leads, np.float64), hour_list.astype(np.float64),
                    sites[keep], change.astype(np.float32), scale, lags,
-                   coef.astype(np.float32), scales, gradients, level)  # fmt: skip
+                   coef.astype(np.float32), scales, gradients)  # fmt: skip
 
     def change_at(self, targets: np.ndarray, *, hour: float, lead: float) -> np.ndarray:
         """The mean change ``[M, Dy]`` at ``targets`` for an initialisation at ``hour`` (UTC)."""
@@ -405,15 +382,8 @@ class ForecastBaseline:
             extra = at_targets(context, targets, last=last, before=before, latest=latest,
                                lags=self.lags, scales=self.neighbourhood,
                                gradients=self.gradients)  # fmt: skip
-            if self.anomaly:
-                extra.append(last - self.level_at(targets, hour=reference % 24.0))
         x = features(last, lagged, np.asarray(change, np.float64), extra)  # [M, Dy, F]
         return last + np.einsum("mdf,fd->md", x, coef.astype(np.float64))
-
-    def level_at(self, targets: np.ndarray, *, hour: float) -> np.ndarray:
-        """The mean field ``[M, Dy]`` at ``targets`` at ``hour`` of day (the climatology kind)."""
-        _, site = self._sites_tree.query(unit_vectors(np.asarray(targets)))
-        return interpolate(self.level[:, site], self.hours, float(hour) % 24.0, circular=True)
 
     # -- saving -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -436,8 +406,6 @@ class ForecastBaseline:
         out = {"sites": np.asarray(self.sites, np.float64), "change": self.change}
         if self.regressive:
             out["coef"] = self.coef
-        if self.anomaly:
-            out["level"] = self.level
         return out
 
     @classmethod
@@ -467,14 +435,12 @@ class ForecastBaseline:
                 scales = tuple(float(x) for x in scales)
                 if len(scales) < 2 or not all(x > 0 for x in scales):
                     raise ValueError(f"neighbourhood_km {scales!r} are not two or more scales > 0")
-            if kind in GRADIENT_KINDS:
+            if kind == "autoregressive+gradient":
                 gradients = tuple(float(x) for x in gradients)
                 if len(gradients) < 2 or not all(x > 0 for x in gradients):
                     raise ValueError(f"gradient_km {gradients!r} are not two or more scales > 0")
             else:
                 gradients = None
-            anomaly = kind == "autoregressive+climatology"
-            level = np.asarray(arrays["level"], np.float32) if anomaly else np.zeros((0, 0, 0))
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise CheckpointError(f"the model's forecast baseline is malformed: {err!r}.") from err
         expected = (leads.size, hours.size, len(sites), len(variables))
@@ -485,13 +451,7 @@ class ForecastBaseline:
             )
         if coef is None:
             return cls(kind, variables, leads, hours, sites, change, scale)
-        if anomaly and (level.shape != expected[1:] or not np.isfinite(level).all()):
-            raise CheckpointError(
-                f"the model's mean field has shape {level.shape} (expected {expected[1:]}, "
-                "finite): the baseline file does not match its record."
-            )
-        n_extra = n_spatial(lags.size, scales, gradients, anomaly) if spatial else 0
-        n_coef = lags.size + 2 + n_extra
+        n_coef = lags.size + 2 + (n_spatial(lags.size, scales, gradients) if spatial else 0)
         want = (leads.size, hours.size, n_coef, len(variables))
         if coef.shape != want or not np.isfinite(coef).all():
             raise CheckpointError(
@@ -499,5 +459,6 @@ class ForecastBaseline:
                 f"{want}, finite): the baseline file does not match its record."
             )
         scales = scales if spatial else None
-        return cls(kind, variables, leads, hours, sites, change, scale, lags, coef, scales,
-                   gradients, level)  # fmt: skip
+        return cls(
+            kind, variables, leads, hours, sites, change, scale, lags, coef, scales, gradients
+        )

@@ -1,8 +1,8 @@
 """Climatologies per hour of day and place: the forecast baselines' stored means.
 
 :class:`~xnp.data.baseline.ForecastBaseline` keeps the mean change over each lead
-(and for ``"autoregressive+climatology"`` the mean field) per initialisation hour and
-place of the training data.  These helpers fill the places an hour never observed
+per initialisation hour and place of the training data (and the regression's
+coefficients per lead and hour).  These helpers fill the places an hour never observed
 and read a climatology between the hours and leads it holds.
 
 Examples
@@ -15,13 +15,12 @@ array([6.], dtype=float32)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 
 import numpy as np
 
 from xnp.errors import EmptyDataError
 
-__all__ = ["fill_places", "hourly_means", "interpolate"]
+__all__ = ["fill_places", "interpolate"]
 
 
 def fill_places(change: np.ndarray) -> np.ndarray:
@@ -39,25 +38,6 @@ def fill_places(change: np.ndarray) -> np.ndarray:
             "so its mean change cannot be learned; use baseline='persistence' or none."
         )
     return np.where(np.isfinite(change), change, mean)
-
-
-def hourly_means(
-    arrays: Sequence[np.ndarray], hod: np.ndarray, hour_list: np.ndarray
-) -> np.ndarray:
-    """The mean field ``[H, S, Dy]`` per hour of ``hour_list`` and place over the times.
-
-    ``arrays`` hold each variable's training values ``[T, S]`` and ``hod`` the times'
-    hours of day; a place never observed at an hour takes the hour's mean over the
-    places (as the diurnal change does, :func:`fill_places`).
-    """
-    level = np.full((hour_list.size, arrays[0].shape[1], len(arrays)), np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # never observed: NaN
-        for b, h in enumerate(hour_list):
-            at = hod == h
-            for c, x in enumerate(arrays):
-                level[b, :, c] = np.nanmean(np.asarray(x[at], np.float64), axis=0)
-    return fill_places(level[None])[0]
 
 
 def interpolate(values: np.ndarray, axis: np.ndarray, x: float, *, circular: bool) -> np.ndarray:

@@ -87,10 +87,7 @@ def features(
 
 
 def n_spatial(
-    n_lags: int,
-    scales: Sequence[float],
-    gradients: Sequence[float] | None = None,
-    anomaly: bool = False,
+    n_lags: int, scales: Sequence[float], gradients: Sequence[float] | None = None
 ) -> int:
     """How many neighbourhood regressors ``"autoregressive+spatial"`` adds for ``n_lags``.
 
@@ -98,13 +95,12 @@ def n_spatial(
     smoothings', then the anomaly's.  ``gradients``
     (:func:`xnp.data.neighbours.gradient_scales_km`, ``"autoregressive+gradient"``)
     add two (east, north) per scale of the last frame and two for its last change
-    (when there is an earlier frame); ``anomaly`` (``"autoregressive+climatology"``)
-    one more, the last value's departure from the place's mean field at the hour.
+    (when there is an earlier frame).
     """
     count = (len(scales) - 1) * n_lags + 1
     if gradients is not None:
         count += 2 * (len(gradients) - 1) + (2 if n_lags else 0)
-    return count + int(anomaly)
+    return count
 
 
 def spatial_at_sites(
@@ -172,7 +168,6 @@ def fit_coefficients(
     seed: int = 0,
     scales: Sequence[float] | None = None,
     gradients: Sequence[float] | None = None,
-    level: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Least-squares coefficients per lead and initialisation hour.
 
@@ -200,10 +195,6 @@ def fit_coefficients(
     gradients : sequence of float, optional
         The gradients' scales (km), with ``scales``: adds the gradient regressors of
         ``"autoregressive+gradient"``.
-    level : ndarray ``[H, S, Dy]``, optional
-        The mean field per initialisation hour and place, with ``scales``: adds the
-        last value's departure from it, the regressor of
-        ``"autoregressive+climatology"`` (after the others).
 
     Returns
     -------
@@ -215,7 +206,7 @@ def fit_coefficients(
     """
     arrays = [np.asarray(a) for a in arrays]  # (a dask-backed variable: read once)
     n_lags, n_vars = len(lags), len(arrays)
-    n_extra = 0 if scales is None else n_spatial(n_lags, scales, gradients, level is not None)
+    n_extra = 0 if scales is None else n_spatial(n_lags, scales, gradients)
     n_coef = n_lags + 2 + n_extra
     hod = np.round(np.mod(hours, 24.0)).astype(np.int64) % 24
     xyz = unit_vectors(np.asarray(sites, np.float64))
@@ -263,8 +254,6 @@ def fit_coefficients(
                     raw = [np.stack([x for x, _ in f]) for f in frames]
                     seen = [np.stack([ok for _, ok in f]) for f in frames]
                     extra = spatial_at_sites(sites, scales, last, raw, seen, gradients)
-                    if level is not None:
-                        extra.append(last - level[b, :, c])
                 diurnal = np.broadcast_to(change[a, b, :, c], last.shape)
                 x = features(last, lagged, diurnal, extra)
                 y = np.asarray(arrays[c][ahead[at]], np.float64) - last

@@ -50,7 +50,6 @@ BASELINES = (
     "autoregressive",
     "autoregressive+spatial",
     "autoregressive+gradient",
-    "autoregressive+climatology",
 )
 
 
@@ -216,10 +215,7 @@ class ForecastTasks:
         (``"autoregressive+spatial"``, :mod:`xnp.data.neighbours`), and also on the
         local gradients of the last frame and of its change since the frame before
         (``"autoregressive+gradient"``: with the coefficients per hour, the mean
-        advection of the training period), and also on the last value's departure
-        from the mean field of the place and hour, stored with the model
-        (``"autoregressive+climatology"``: how far the weather is from the usual, which
-        it tends back to).  None: the
+        advection of the training period).  None: the
         model predicts the field itself.
     baseline_input : bool
         Show the network the baseline: every context and target point gets one
