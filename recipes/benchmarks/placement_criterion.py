@@ -14,7 +14,7 @@ improve the greedy design; if greedy's criterion is well below space-filling's w
 their oracle RMSEs are close (level at 10 sites on the test days, ``placement_era5.py``),
 the limit is how well the model's std says where the map is wrong.
 
-2026-12-02, AMD EPYC, 2 cores (about 3 minutes): mean std over the region (K) at
+2026-12-02, AMD EPYC, 2 cores (about 6 minutes): mean std over the region (K) at
 5 / 10 / 20 sites, greedy 0.888 / 0.842 / 0.771, space-filling 0.924 / 0.859 / 0.795:
 greedy optimises its criterion well below the space-filling design at every count,
 so where the oracle RMSEs tie, the std is the limit, not the optimiser.  Writes nothing.
