@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from placement_era5 import setup, sites_of, space_filling, station_frames, station_task
+from placement_era5 import (
+    observed_at,
+    setup,
+    sites_of,
+    space_filling,
+    station_frames,
+    station_task,
+)
 
 import xnp
 from xnp.placement import place_sensors
@@ -42,15 +49,11 @@ def criterion(model, era5, cells: np.ndarray, design: list[int], frames: np.ndar
     out = []
     for f in frames:
         data = era5.isel(time=int(f))
-        flat = np.full(data.t2m.size, np.nan)
-        flat[cells] = data.t2m.values.ravel()[cells]
         grid = data.drop_vars("t2m")
-        shape, attrs = data.t2m.shape, data.t2m.attrs
-        context = data.assign(t2m=(data.t2m.dims, flat.reshape(shape), attrs))
-        first = xnp.predict(model, context, grid, trend="none", calibrate=False, progress=False)
-        flat[design] = first.t2m_mean.values.ravel()[design]
-        context = data.assign(t2m=(data.t2m.dims, flat.reshape(shape), attrs))
-        pred = xnp.predict(model, context, grid, trend="none", calibrate=False, progress=False)
+        kw = {"trend": "none", "calibrate": False, "progress": False}
+        first = xnp.predict(model, observed_at(data, cells), grid, **kw)
+        values = np.r_[data.t2m.values.ravel()[cells], first.t2m_mean.values.ravel()[design]]
+        pred = xnp.predict(model, observed_at(data, np.r_[cells, design], values), grid, **kw)
         out.append(float(pred.t2m_std.mean()))
     return float(np.mean(out))
 

@@ -110,6 +110,16 @@ def sites_of(result, s: np.ndarray) -> list[int]:
     return [flat_of[(round(float(a), 4), round(float(b), 4))] for a, b in sites]
 
 
+def observed_at(data, cells: np.ndarray, values: np.ndarray | None = None):
+    """The frame ``data`` with ``t2m`` at the flat grid ``cells`` only (NaN elsewhere).
+
+    ``values`` (one per cell) replace the frame's own values there.
+    """
+    flat = np.full(data.t2m.size, np.nan)
+    flat[cells] = data.t2m.values.ravel()[cells] if values is None else values
+    return data.assign(t2m=(data.t2m.dims, flat.reshape(data.t2m.shape), data.t2m.attrs))
+
+
 def oracle_rmse(model, era5, frame: int, cells: np.ndarray, trend: str | None = "none") -> float:
     """RMSE over the grid of the prediction from the true values at ``cells``.
 
@@ -117,10 +127,9 @@ def oracle_rmse(model, era5, frame: int, cells: np.ndarray, trend: str | None = 
     for ``gp-sphere``: the map a user gets), ``"none"`` the plain network.
     """
     data = era5.isel(time=frame)
-    flat = np.full(data.t2m.size, np.nan)
-    flat[cells] = data.t2m.values.ravel()[cells]
-    context = data.assign(t2m=(data.t2m.dims, flat.reshape(data.t2m.shape), data.t2m.attrs))
-    pred = xnp.predict(model, context, data.drop_vars("t2m"), trend=trend, calibrate=False)
+    pred = xnp.predict(
+        model, observed_at(data, cells), data.drop_vars("t2m"), trend=trend, calibrate=False
+    )
     return float(np.sqrt(((pred.t2m_mean - data.t2m) ** 2).mean()))
 
 

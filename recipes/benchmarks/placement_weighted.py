@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from placement_era5 import oracle_rmse, setup, sites_of, space_filling, station_task
+from placement_era5 import (
+    observed_at,
+    oracle_rmse,
+    setup,
+    sites_of,
+    space_filling,
+    station_task,
+)
 
 import xnp
 from xnp.placement import place_sensors
@@ -42,10 +49,7 @@ def past_weights(model, era5, cells: np.ndarray, frames: np.ndarray):
     squares = variance = 0.0
     for f in frames:
         data = era5.isel(time=int(f))
-        flat = np.full(data.t2m.size, np.nan)
-        flat[cells] = data.t2m.values.ravel()[cells]
-        context = data.assign(t2m=(data.t2m.dims, flat.reshape(data.t2m.shape), data.t2m.attrs))
-        pred = xnp.predict(model, context, data.drop_vars("t2m"), trend="none",
+        pred = xnp.predict(model, observed_at(data, cells), data.drop_vars("t2m"), trend="none",
                            calibrate=False, progress=False)  # fmt: skip
         squares = squares + (pred.t2m_mean - data.t2m) ** 2
         variance = variance + pred.t2m_std**2
