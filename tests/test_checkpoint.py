@@ -88,8 +88,9 @@ def test_save_load_predict_gives_identical_numbers(model, batch, tmp_path):
 
 def test_evaluate_batches_reports_metrics(model, batch):
     metrics = model.evaluate_batches([batch])
-    assert set(metrics) == {"nll", "rmse", "coverage"}
+    assert set(metrics) == {"nll", "rmse", "coverage", "crps"}
     assert np.isfinite(metrics["nll"])
+    assert metrics["crps"] > 0
     assert 0 <= metrics["coverage"] <= 1
     assert len(metrics["rmse"]) == 1
     assert metrics["rmse"][0] > 0

@@ -278,9 +278,11 @@ def test_fit_a_forecast_of_changes_for_several_leads(capsys, tmp_path):
                          "--model", "bsa-tnp-tiny", "--tasks", "forecast", "--lead", "12,6",
                          "--baseline", "autoregressive", "--baseline-input", "--steps", "2",
                          "--batch-size", "3", "--validation", "0", "--ema", "0.9",
-                         "--no-progress", "--quiet")  # fmt: skip
+                         "--loss", "crps", "--no-progress", "--quiet")  # fmt: skip
     assert status == 0, err
     model = xnp.load(tmp_path / "m")
+    assert model.training["train_config"]["loss"] == "crps"
+    assert np.isfinite(model.history_["train_crps"].values).all()
     assert model.task.baseline_input
     assert model.config.dim_x == 1
     assert model.training["train_config"]["ema"] == 0.9

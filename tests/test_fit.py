@@ -86,9 +86,12 @@ def test_history_is_a_dataset_indexed_by_step(trained):
     assert h.step.values.tolist() == [25, 50, 75, 100, 125, 150, 175, 200]
     assert set(h.data_vars) == {
         "train_nll", "val_nll", "val_rmse", "val_coverage", "learning_rate", "steps_per_second",
+        "train_crps", "val_crps",
     }  # fmt: skip
     assert np.isnan(h.val_nll.sel(step=25))
     assert np.isfinite(h.val_nll.sel(step=50))
+    assert np.isfinite(h.val_crps.sel(step=50))  # validation scores both objectives
+    assert np.isnan(h.train_crps).all()  # the NLL was trained
     assert h.val_rmse.attrs["units"] == "K"
     assert (h.steps_per_second > 0).all()
     lr = h.learning_rate.values

@@ -19,9 +19,12 @@ import xarray as xr
 from xnp.errors import ConfigError, MissingDependencyError
 from xnp.train.state import HISTORY_FIELDS
 
-__all__ = ["history_dataset", "history_json", "plot_history"]
+__all__ = ["default_metrics", "history_dataset", "history_json", "plot_history"]
 
-_NAN_FIELDS = ("train_nll", "val_nll", "val_coverage", "learning_rate", "steps_per_second")
+_NAN_FIELDS = (
+    "train_nll", "val_nll", "val_coverage", "learning_rate", "steps_per_second",
+    "train_crps", "val_crps",
+)  # fmt: skip
 
 
 def history_dataset(
@@ -43,9 +46,11 @@ def history_dataset(
             "training steps per second over the logging interval, the first step of a "
             "run (which compiles) excluded"
         ),
+        "train_crps": "mean training CRPS per target point (normalised units)",
+        "val_crps": "validation CRPS per target point (normalised units)",
     }
-    for name in _NAN_FIELDS:
-        values = np.asarray(history.get(name, []), np.float64).reshape(-1)
+    for name in _NAN_FIELDS:  # a column written before it existed: NaN at every step
+        values = np.asarray(history.get(name, [math.nan] * steps.size), np.float64).reshape(-1)
         data[name] = ("step", values, {"long_name": attrs[name]})
     rmse = np.asarray(history.get("val_rmse", []), np.float64).reshape(-1, len(variables))
     rmse_attrs = {"long_name": "validation root-mean-square error (data units)"}
@@ -79,8 +84,21 @@ def history_json(history: xr.Dataset) -> dict[str, Any]:
     return out
 
 
+def default_metrics(history: xr.Dataset) -> tuple[str, str]:
+    """The curves of the run's training objective: ``train_/val_crps`` or ``train_/val_nll``.
+
+    Examples
+    --------
+    >>> default_metrics(history_dataset({"step": [1], "train_crps": [0.3]}, ["v"], [None]))
+    ('train_crps', 'val_crps')
+    """
+    crps = "train_crps" in history and bool(np.isfinite(history["train_crps"].values).any())
+    nll = bool(np.isfinite(history["train_nll"].values).any())
+    return ("train_crps", "val_crps") if crps and not nll else ("train_nll", "val_nll")
+
+
 def plot_history(
-    history: xr.Dataset, ax: Any = None, *, metrics: Sequence[str] = ("train_nll", "val_nll")
+    history: xr.Dataset, ax: Any = None, *, metrics: Sequence[str] | None = None
 ) -> Any:
     """Plot learning curves of a training ``history`` with matplotlib; return the axes.
 
@@ -90,9 +108,11 @@ def plot_history(
         A model's ``history_`` (see :func:`history_dataset`).
     ax : matplotlib Axes, optional
         Where to draw (default: a new figure).
-    metrics : sequence of str
+    metrics : sequence of str, optional
         Variables of ``history`` to draw against the step; per-variable ones
         (``val_rmse`` of several variables) get a line each, labelled with units.
+        Default: the training and validation values of the objective the run
+        trained (:func:`default_metrics`).
     """
     try:
         import matplotlib.pyplot as plt
@@ -102,7 +122,7 @@ def plot_history(
         ) from err
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
-    for name in metrics:
+    for name in default_metrics(history) if metrics is None else metrics:
         if name not in history:
             raise ConfigError(f"{name!r} is not in the history ({list(history)}).")
         series = history[name]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -267,14 +268,14 @@ class NeuralProcess:
         )
 
     def evaluate_batches(self, batches: Sequence[Any]) -> dict[str, Any]:
-        """NLL (normalised), RMSE (data units, per variable) and 95 % coverage over batches."""
+        """NLL and CRPS (normalised), RMSE (data units, per variable) and 95 % coverage."""
         if not batches:
             raise EmptyDataError("evaluate_batches needs at least one batch; got none.")
         scale = np.array([self.normaliser.stats[v].std for v in self.variables])
         if self.baseline is not None:  # a forecaster's targets are changes in their own scale
             scale = self.baseline.change_scale(scale)
-        nll, rmse, coverage = batch_scores(eval_step(self.graphdef), self.params_, batches, scale)
-        return {"nll": nll, "rmse": rmse, "coverage": coverage}
+        scores = batch_scores(eval_step(self.graphdef), self.params_, batches, scale)
+        return scores._asdict()
 
     # -- saving -------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -306,15 +307,16 @@ class NeuralProcess:
         return load(path)
 
     # -- display ------------------------------------------------------------------------
-    def plot_history(self, ax: Any = None, *, metrics: Sequence[str] = ("train_nll", "val_nll")):
+    def plot_history(self, ax: Any = None, *, metrics: Sequence[str] | None = None):
         """Plot learning curves with matplotlib (the ``plot`` extra); return the axes.
 
         Parameters
         ----------
         ax : matplotlib Axes, optional
             Where to draw (default: a new figure).
-        metrics : sequence of str
-            Variables of :attr:`history_` to draw against the step.
+        metrics : sequence of str, optional
+            Variables of :attr:`history_` to draw against the step (default: the
+            training and validation values of the objective it was trained with).
         """
         return plot_history(self.history_, ax, metrics=metrics)
 
@@ -353,16 +355,21 @@ class NeuralProcess:
                 f"  trained:     {', '.join(parts) or 'yes'}"
                 + (f"; best step {t['best_step']}" if t.get("best_step") else "")
             )
-        val = self.history_["val_nll"].values if self.history_.sizes.get("step") else []
+        # the validation row that chose the kept parameters: the lowest of the objective's
+        loss = (t.get("train_config") or {}).get("loss", "nll") if t else "nll"
+        column = f"val_{loss}"
+        val = self.history_[column].values if self.history_.sizes.get("step") else []
         finite = np.flatnonzero(np.isfinite(val))
         if finite.size:
             i = int(finite[np.argmin(np.asarray(val)[finite])])
             row = self.history_.isel(step=i)
             rmse = np.atleast_1d(row["val_rmse"].values)
             text = ", ".join(f"{r:.4g}" for r in rmse)
+            crps = float(row["val_crps"])
             lines.append(
                 f"  validation:  NLL {float(row['val_nll']):.4f}, RMSE {text}, "
-                f"95% coverage {float(row['val_coverage']):.3f} (step {int(row['step'])})"
+                + (f"CRPS {crps:.4f} (normalised), " if math.isfinite(crps) else "")
+                + f"95% coverage {float(row['val_coverage']):.3f} (step {int(row['step'])})"
             )
         return "\n".join(lines)
 

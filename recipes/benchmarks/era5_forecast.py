@@ -298,6 +298,7 @@ def fitted_model(
     final_lr_ratio: float = 0.2,
     train_days: tuple[int, int] = (1, TRAIN_END // 24),
     validation: tuple[int, int] | None = (TRAIN_END // 24 + 1, VAL_END // 24),
+    loss: str = "nll",
 ) -> tuple[xnp.NeuralProcess | xnp.Ensemble, bool]:
     """The cached model if it was fitted with these settings, else a new fit; and whether new.
 
@@ -311,6 +312,7 @@ def fitted_model(
     ``train_days``: the first and last day the model is fitted on (days 1–16), and
     ``validation`` those its forecasts are validated on (days 17–18; their context
     frames start a day earlier), or None: no validation, the last step is kept.
+    ``loss``: the training objective (TrainConfig's: "nll" or "crps").
     """
     train = era5.isel(time=slice(24 * (train_days[0] - 1), 24 * train_days[1]))
     held_out = None if validation is None else validation_days(era5, validation)
@@ -360,6 +362,7 @@ def fitted_model(
             and run["train_config"]["weight_decay"] == weight_decay
             and run["train_config"].get("validation_batches", 4) == validation_batches
             and run["train_config"].get("final_lr_ratio", 0.2) == final_lr_ratio
+            and run["train_config"].get("loss", "nll") == loss
             and run.get("seed", 0) == seed
             and run["data"]["time"] == period(train)
             and (run.get("validation_data") or {}).get("time") == period(held_out)
@@ -379,7 +382,8 @@ def fitted_model(
         seed=seed, members=members,
         config=TrainConfig(log_every=every, validate_every=every, checkpoint_every=every,
                            validation_batches=validation_batches, ema=ema,
-                           weight_decay=weight_decay, final_lr_ratio=final_lr_ratio),
+                           weight_decay=weight_decay, final_lr_ratio=final_lr_ratio,
+                           loss=loss),
     )  # fmt: skip
     run = model.training
     done = run["steps"] if isinstance(model, xnp.Ensemble) else run["step"]

@@ -99,10 +99,13 @@ _NOT_RUN = ("checkpoint_every", "keep_checkpoints", "prefetch")
 def _run_config(config: TrainConfig) -> dict[str, Any]:
     """The TrainConfig fields that change a fit's result (as its checkpoints record them).
 
-    ``ema`` is left out when off, so checkpoints written before it existed resume.
+    ``ema`` is left out when off and ``loss`` when the default NLL, so checkpoints
+    written before they existed resume.
     """
     fields = config.to_dict()
-    return {k: v for k, v in fields.items() if k not in _NOT_RUN and (k != "ema" or v)}
+    default = {"ema": 0.0, "loss": "nll"}
+    return {k: v for k, v in fields.items()
+            if k not in _NOT_RUN and not (k in default and v == default[k])}  # fmt: skip
 
 
 def fit(
@@ -168,7 +171,8 @@ def fit(
         times), which are then left out of training; a separate dataset to validate
         on (used as it is: to hold out times of ``data``, drop them from ``data``
         too; a warning says when they are shared); or None for no validation.  With
-        validation, the returned model has the parameters of the best validation NLL.
+        validation, the returned model has the parameters of the best validation NLL
+        (CRPS with ``config=TrainConfig(loss="crps")``).
     seed : int
         Seed of the parameter initialisation and of the task stream: the same
         data, arguments and seed give bit-identical parameters on one machine.

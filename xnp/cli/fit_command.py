@@ -97,7 +97,8 @@ def run_fit(args: argparse.Namespace, files: contextlib.ExitStack) -> int:
         batch_size=args.batch_size, learning_rate=args.learning_rate,
         validation=validation, seed=args.seed, checkpoint_dir=args.checkpoint_dir,
         resume=args.resume, progress=args.progress,
-        config=train_config(args.steps or (500 if args.start else 2000), ema=args.ema),
+        config=train_config(args.steps or (500 if args.start else 2000), ema=args.ema,
+                            loss=args.loss),
         context_sources=open_sources(args, files), members=args.members,
     )  # fmt: skip
     path = model.save(out)

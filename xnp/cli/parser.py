@@ -304,6 +304,14 @@ def _add_fit(subs: Any) -> None:
         "validate, keep and save the average (default: none)",
     )
     p.add_argument(
+        "--loss",
+        choices=("nll", "crps"),
+        default="nll",
+        help="the training objective: the Gaussian NLL, or the CRPS of the Gaussian "
+        "predictions; the kept parameters are those of its best validation value "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--checkpoint-dir", metavar="DIR", help="folder for periodic checkpoints (default: none)"
     )
     p.add_argument(

@@ -31,9 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["plot_calibration", "plot_history"]
 
 
-def plot_history(
-    model: NeuralProcess, *, metrics: Sequence[str] = ("train_nll", "val_nll")
-) -> Figure:
+def plot_history(model: NeuralProcess, *, metrics: Sequence[str] | None = None) -> Figure:
     """Learning curves of a fitted model, as a new figure.
 
     Draws ``model.history_`` on the axes of a new figure with
@@ -43,8 +41,9 @@ def plot_history(
     ----------
     model : NeuralProcess
         A fitted or loaded model (its ``history_``).
-    metrics : sequence of str
-        Variables of ``model.history_`` to draw against the step.
+    metrics : sequence of str, optional
+        Variables of ``model.history_`` to draw against the step (default: the
+        training and validation values of the objective it was trained with).
 
     Returns
     -------

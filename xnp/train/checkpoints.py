@@ -159,13 +159,13 @@ def write_state(directory: Path, state: TrainState, run: dict[str, Any]) -> dict
 
     The optimiser state, the best parameters and the parameters' moving average
     (with ``TrainConfig.ema``) go to safetensors files in ``directory``; the
-    record (steps, best NLL, pending losses, checksums and the ``run``
+    record (steps, best validation score, pending losses, checksums and the ``run``
     description that :func:`read_state` compares) belongs in the checkpoint's
     ``config.json`` under ``"checkpoint"``.
     """
     record: dict[str, Any] = {
         "step": state.step, "best_step": state.best_step, "run": run,
-        "best_nll": None if math.isinf(state.best_nll) else state.best_nll,
+        "best_score": None if math.isinf(state.best_score) else state.best_score,
         "pending_losses": list(state.pending_losses),
         "seconds": round(float(state.seconds), 3),
         "opt_state_sha256": write_arrays(
@@ -217,7 +217,9 @@ def _read_state(
         by_path=False,
     )
     history = history_lists(read_json(directory / "history.json"))
-    best_nll = math.inf if stored.get("best_nll") is None else float(stored["best_nll"])
+    # checkpoints written before the CRPS objective existed call it "best_nll"
+    best = stored.get("best_score", stored.get("best_nll"))
+    best_score = math.inf if best is None else float(best)
     to_jax = lambda tree: jax.tree.map(jax.numpy.asarray, tree)  # noqa: E731
     trees = {  # the best parameters and the moving average, where the checkpoint has them
         field: to_jax(arrays_to_tree(
@@ -230,7 +232,7 @@ def _read_state(
         opt_state=to_jax(opt_state),
         best_params=trees.get("best_params"),
         best_step=int(stored.get("best_step", 0)),
-        best_nll=best_nll,
+        best_score=best_score,
         history=history,
         ema_params=trees.get("ema_params"),
         pending_losses=tuple(float(x) for x in stored.get("pending_losses", [])),

@@ -165,10 +165,10 @@ def train(
     mesh = data_mesh(batch_size, config.devices)
     replicated = NamedSharding(mesh, PartitionSpec())
     sharded = NamedSharding(mesh, PartitionSpec("batch"))
-    step_fn = fit_step(graphdef, config.clip_norm, config.weight_decay)
+    step_fn = fit_step(graphdef, config.clip_norm, config.weight_decay, config.loss)
     averaging = config.ema > 0
     if averaging:
-        step_fn = averaged_fit_step(graphdef, config.clip_norm, config.weight_decay)
+        step_fn = averaged_fit_step(graphdef, config.clip_norm, config.weight_decay, config.loss)
     evaluate = eval_step(graphdef)
     # several CPU devices: one step in flight at a time (see metrics.batch_scores: queued
     # sharded runs can deadlock XLA's CPU collectives); GPUs keep asynchronous dispatch
@@ -183,7 +183,7 @@ def train(
     val_batches = [jax.device_put(b, sharded) for b in validation or ()]
     scale = np.asarray(value_scale, np.float64)
     history = {k: list(v) for k, v in state.history.items()}
-    best_step, best_nll = state.best_step, state.best_nll
+    best_step, best_score = state.best_step, state.best_score
     losses: list[jax.Array] = [jnp.asarray(x, jnp.float32) for x in state.pending_losses]
     start = state.step
     fetch = _Prefetcher(
@@ -202,7 +202,7 @@ def train(
 
     def snapshot(**more: Any) -> TrainState:
         """The state now (the loop's current values)."""
-        return TrainState(done, params, opt_state, best, best_step, best_nll, history,
+        return TrainState(done, params, opt_state, best, best_step, best_score, history,
                           ema_params=average, seconds=elapsed(), **more)  # fmt: skip
 
     failures: list[int] = []
@@ -248,9 +248,9 @@ def train(
                 tick, tick_step = now, done
             if done % config.log_every and not last:
                 continue
-            train_nll = float(jnp.mean(jnp.stack(losses)))
-            if not math.isfinite(train_nll):
-                raise _diverged(done, train_nll, learning_rate, state.step)
+            train_loss = float(jnp.mean(jnp.stack(losses)))
+            if not math.isfinite(train_loss):
+                raise _diverged(done, train_loss, learning_rate, state.step, config.loss)
             losses.clear()
             now = time.perf_counter()
             # NaN when the interval held only the first step, which is not timed
@@ -258,25 +258,32 @@ def train(
             tick, tick_step = now, done
             row = {
                 "step": done,
-                "train_nll": train_nll,
+                "train_nll": math.nan,
+                "train_crps": math.nan,
                 "val_nll": math.nan,
+                "val_crps": math.nan,
                 "val_rmse": [math.nan] * scale.size,
                 "val_coverage": math.nan,
                 "learning_rate": float(lr),
                 "steps_per_second": speed,
             }
+            row[f"train_{config.loss}"] = train_loss
             if val_batches and (done % config.validate_every == 0 or last):
                 judged = average if averaging else params  # what a model of this step uses
-                nll, rmse, coverage = batch_scores(evaluate, judged, val_batches, scale)
-                row.update(val_nll=nll, val_rmse=rmse, val_coverage=coverage)
-                if nll < best_nll:
-                    best_nll, best_step = nll, done
+                scores = batch_scores(evaluate, judged, val_batches, scale)
+                row.update(val_nll=scores.nll, val_crps=scores.crps, val_rmse=scores.rmse,
+                           val_coverage=scores.coverage)  # fmt: skip
+                score = scores.objective(config.loss)
+                if score < best_score:
+                    best_score, best_step = score, done
                     best = jax.tree.map(jnp.copy, judged)
-                log.info("step %d: train NLL %.4f, validation NLL %.4f", done, train_nll, nll)
+                log.info("step %d: train %s %.4f, validation NLL %.4f, CRPS %.4f", done,
+                         config.loss.upper(), train_loss, scores.nll, scores.crps)  # fmt: skip
                 tick = time.perf_counter()  # do not count validation time as training speed
             for key, value in row.items():
                 history[key].append(value)
-            bar.set_postfix(nll=f"{train_nll:.3f}", steps_s=f"{speed:.1f}", step=done)
+            bar.set_postfix({config.loss: f"{train_loss:.3f}", "steps_s": f"{speed:.1f}",
+                             "step": done})  # fmt: skip
             if on_checkpoint is not None and (done % config.checkpoint_every == 0 or last):
                 _checkpoint(on_checkpoint, snapshot(), failures)
                 tick = time.perf_counter()
@@ -299,11 +306,14 @@ def train(
     return snapshot(out_of_time=out_of_time)
 
 
-def _diverged(step: int, loss: float, learning_rate: float, start: int) -> ConfigError:
+def _diverged(
+    step: int, loss: float, learning_rate: float, start: int, objective: str = "nll"
+) -> ConfigError:
     """The error of a run whose training loss became NaN or infinite at ``step``."""
     resumed = f" (this run resumed at step {start})" if start else ""
     return ConfigError(
-        f"Training diverged: the training NLL is {loss} at step {step} (peak learning rate "
+        f"Training diverged: the training {objective.upper()} is {loss} at step {step} "
+        f"(peak learning rate "
         f"{learning_rate:g}), so the parameters are no longer finite. Lower learning_rate "
         "(e.g. by 10×), or check the data for extreme values. Checkpoints written before "
         f"step {step} are intact{resumed}."

@@ -1,7 +1,7 @@
 """Validation scores of padded batches: exact totals, summed over batches.
 
-A jitted evaluation step returns sums over a batch's valid targets (NLL, squared
-error per channel, points inside the central 95 % interval, counts), so scores
+A jitted evaluation step returns sums over a batch's valid targets (NLL, CRPS,
+squared error per channel, points inside the central 95 % interval, counts), so scores
 over a validation set are exact ratios of totals however it is batched.  The
 training loop validates with it, and :meth:`xnp.NeuralProcess.evaluate_batches`
 scores a fitted model with it; neither needs the optimiser or the loop.
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from xnp.models.likelihoods import gaussian_nll
+from xnp.models.likelihoods import gaussian_crps, gaussian_nll
 
-__all__ = ["batch_scores", "eval_step", "make_eval_step", "std_factors"]
+__all__ = ["Scores", "batch_scores", "eval_step", "make_eval_step", "std_factors"]
 
 _Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 
@@ -28,7 +28,7 @@ _Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 def make_eval_step(graphdef: nnx.GraphDef) -> Callable[[nnx.State, Any], dict[str, jax.Array]]:
     """A jitted ``evaluate(params, batch)`` returning sums over the batch's valid targets.
 
-    The sums (``nll``, per-channel ``sq_err`` and ``sq_z`` ``[Dy]``, ``covered``,
+    The sums (``nll``, ``crps``, per-channel ``sq_err`` and ``sq_z`` ``[Dy]``, ``covered``,
     ``count``, per-channel ``channel_count``) add up over batches, so metrics over a
     validation set are exact ratios of totals.
     """
@@ -42,6 +42,7 @@ def make_eval_step(graphdef: nnx.GraphDef) -> Callable[[nnx.State, Any], dict[st
         covered = (jnp.abs(z) <= _Z95).astype(mean.dtype)
         return {
             "nll": gaussian_nll(mean, std, batch.y, batch.target.mask) * count,
+            "crps": gaussian_crps(mean, std, batch.y, batch.target.mask) * count,
             "sq_err": jnp.sum(jnp.square(batch.y - mean) * mask, axis=(0, 1)),
             "sq_z": jnp.sum(jnp.square(jnp.where(mask > 0, z, 0.0)) * mask, axis=(0, 1)),
             "covered": jnp.sum(covered * mask),
@@ -58,14 +59,31 @@ def eval_step(graphdef: nnx.GraphDef) -> Callable:
     return make_eval_step(graphdef)
 
 
+class Scores(NamedTuple):
+    """Validation scores of parameters over a set of batches (:func:`batch_scores`)."""
+
+    #: Mean Gaussian NLL per valid target and channel (normalised units).
+    nll: float
+    #: Root-mean-square error per channel, in the data's units.
+    rmse: list[float]
+    #: Fraction of the valid targets inside the central 95 % interval.
+    coverage: float
+    #: Mean CRPS per valid target and channel (normalised units, as the NLL).
+    crps: float
+
+    def objective(self, loss: str) -> float:
+        """The score of the training objective ``loss`` (``"nll"`` or ``"crps"``)."""
+        return self.crps if loss == "crps" else self.nll
+
+
 def batch_scores(
     evaluate: Callable, params: nnx.State, batches: Sequence[Any], scale: np.ndarray
-) -> tuple[float, list[float], float]:
-    """``(nll, rmse per channel, 95 % coverage)`` of ``params`` over ``batches``.
+) -> Scores:
+    """The :class:`Scores` (NLL, RMSE per channel, 95 % coverage, CRPS) of ``params``.
 
     ``evaluate`` is an evaluation step (:func:`eval_step`); ``scale`` the
     per-channel standard deviations that turn normalised RMSE into data units.
-    The NLL stays normalised.  No batch, or no valid target: NaN scores.
+    The NLL and CRPS stay normalised.  No batch, or no valid target: NaN scores.
 
     Each batch's sums are awaited before the next is dispatched: with the batch
     sharded over several CPU devices, a queue of evaluation steps and their
@@ -76,10 +94,16 @@ def batch_scores(
     """
     totals = _totals(evaluate, params, batches)
     if not totals:
-        return float("nan"), [float("nan")] * np.size(scale), float("nan")
+        nan = float("nan")
+        return Scores(nan, [nan] * np.size(scale), nan, nan)
     count = max(float(totals["count"]), 1.0)
     rmse = np.sqrt(totals["sq_err"] / np.maximum(totals["channel_count"], 1.0)) * scale
-    return float(totals["nll"]) / count, rmse.tolist(), float(totals["covered"]) / count
+    return Scores(
+        float(totals["nll"]) / count,
+        rmse.tolist(),
+        float(totals["covered"]) / count,
+        float(totals["crps"]) / count,
+    )
 
 
 def std_factors(evaluate: Callable, params: nnx.State, batches: Sequence[Any]) -> np.ndarray:

@@ -23,8 +23,10 @@ from flax import nnx
 from xnp.errors import ConfigError
 from xnp.models.config import check_int, check_real
 
-__all__ = ["TrainConfig", "adamw", "make_optimizer"]
+__all__ = ["LOSSES", "TrainConfig", "adamw", "make_optimizer"]
 
+#: The training objectives :class:`TrainConfig` takes (``loss=``).
+LOSSES = ("nll", "crps")
 #: AdamW's moment decay rates (the paper's, and optax's defaults).
 _BETAS = (0.9, 0.999)
 #: Hyperparameters of :func:`optax.adamw` that stay Python numbers (static), so that
@@ -102,6 +104,13 @@ class TrainConfig:
         new parameters by ``1 − d`` with ``d = min(ema, (1 + k) / (10 + k))`` at
         step ``k``, so that it forgets the random initialisation early in a run.
         Values near ``1 − 10 / steps`` average over the last tenth of a run.
+    loss : {"nll", "crps"}
+        The training objective: the Gaussian negative log-likelihood per target
+        (the papers'), or the continuous ranked probability score of the Gaussian
+        predictions (closed form; proper too, but linear in large errors, so a few
+        hard targets pull less on the mean and the std).  Validation computes both;
+        the kept best parameters are those with the lowest validation value of the
+        objective trained.
 
     Examples
     --------
@@ -123,6 +132,7 @@ class TrainConfig:
     devices: int | None = None
     prefetch: int = 2
     ema: float = 0.0
+    loss: str = "nll"
 
     def __post_init__(self) -> None:
         for name in ("log_every", "validate_every", "validation_batches", "checkpoint_every"):
@@ -148,6 +158,10 @@ class TrainConfig:
         check_int(self, "keep_checkpoints")
         check_int(self, "prefetch", minimum=0)
         check_real(self, "ema", lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (0: no average)")
+        if self.loss not in LOSSES:
+            raise ConfigError(
+                f"loss must be one of {', '.join(map(repr, LOSSES))}; got {self.loss!r}."
+            )
 
     def schedule(self, learning_rate: float, steps: int) -> Callable[[int], float]:
         """Learning rate at each step of a run of ``steps`` steps peaking at ``learning_rate``.

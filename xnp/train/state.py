@@ -26,6 +26,8 @@ HISTORY_FIELDS = (
     "val_coverage",
     "learning_rate",
     "steps_per_second",
+    "train_crps",
+    "val_crps",
 )
 
 
@@ -40,16 +42,20 @@ class TrainState:
     params, opt_state
         Current parameters and optimiser state.
     best_params : nnx.State or None
-        Parameters with the lowest validation NLL so far (None without validation).
+        Parameters with the lowest validation score so far (None without
+        validation): the NLL, or the CRPS when that is the training objective
+        (``TrainConfig.loss``).
     best_step : int
         Step of ``best_params`` (0: none yet).
-    best_nll : float
-        Their validation NLL (``inf`` before the first validation).
+    best_score : float
+        Their validation score (``inf`` before the first validation).
     ema_params : nnx.State or None
         The moving average of the parameters (``TrainConfig.ema`` > 0), else None.
     history : dict of list
         One list per name of :data:`HISTORY_FIELDS`; ``val_rmse`` entries are
-        per-channel lists, NaN where a row had no validation.
+        per-channel lists, NaN where a row had no validation.  The training loss
+        goes to ``train_nll`` or ``train_crps`` (the objective's column; the other
+        is NaN); validation fills both ``val_nll`` and ``val_crps``.
     """
 
     step: int
@@ -57,7 +63,7 @@ class TrainState:
     opt_state: optax.OptState
     best_params: nnx.State | None = None
     best_step: int = 0
-    best_nll: float = math.inf
+    best_score: float = math.inf
     history: dict[str, list[Any]] = dataclasses.field(
         default_factory=lambda: {k: [] for k in HISTORY_FIELDS}
     )
@@ -82,10 +88,14 @@ class TrainState:
 def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """JSON history (``None`` for NaN) back to the lists :class:`TrainState` keeps.
 
+    A column the history lacks (written before it existed) is NaN at every step.
+
     Examples
     --------
     >>> history_lists({"step": [50], "val_nll": [None]})["val_nll"]
     [nan]
+    >>> history_lists({"step": [50, 100]})["val_crps"]
+    [nan, nan]
     """
 
     def nan(v: Any) -> Any:
@@ -93,4 +103,5 @@ def history_lists(history: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             return [nan(x) for x in v]
         return math.nan if v is None else v
 
-    return {k: [nan(v) for v in history.get(k, [])] for k in HISTORY_FIELDS}
+    missing = [None] * len(history.get("step", []))
+    return {k: [nan(v) for v in history.get(k, missing)] for k in HISTORY_FIELDS}

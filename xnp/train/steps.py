@@ -20,7 +20,8 @@ import jax
 import optax
 from flax import nnx
 
-from xnp.train.settings import adamw
+from xnp.models.likelihoods import gaussian_crps
+from xnp.train.settings import LOSSES, adamw
 
 __all__ = ["averaged_fit_step", "batch_loss", "fit_step", "make_train_step"]
 
@@ -57,13 +58,25 @@ def make_train_step(
     return jax.jit(_update(graphdef, tx, loss_fn), donate_argnums=(0, 1))
 
 
-def batch_loss(model: nnx.Module, batch: Any) -> jax.Array:
-    """Mean Gaussian NLL of a :class:`~xnp.data.batch.Batch` (the training objective)."""
-    return model.loss(batch.context, batch.target, batch.y)
+def batch_loss(model: nnx.Module, batch: Any, loss: str = "nll") -> jax.Array:
+    """The training objective of a :class:`~xnp.data.batch.Batch`.
+
+    ``loss="nll"``: the mean Gaussian NLL per valid target (the model's own
+    ``loss``); ``"crps"``: the mean CRPS of its Gaussian predictions
+    (:func:`~xnp.models.likelihoods.gaussian_crps`, normalised units).
+    """
+    if loss == "nll":
+        return model.loss(batch.context, batch.target, batch.y)
+    if loss == "crps":
+        mean, std = model(batch.context, batch.target)
+        return gaussian_crps(mean, std, batch.y, batch.target.mask)
+    raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}")
 
 
 @functools.lru_cache(maxsize=8)
-def fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> Callable:
+def fit_step(
+    graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float, loss: str = "nll"
+) -> Callable:
     """Jitted ``step(params, opt_state, batch, lr) -> (params, opt_state, loss)``.
 
     The update of :func:`~xnp.train.settings.adamw` with its learning rate set to
@@ -71,15 +84,23 @@ def fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> C
     step, so the compiled step does not depend on the run length or learning
     rate: fitting again with the same model (a resumed run, a notebook cell run
     twice) compiles nothing new.  ``opt_state`` comes from
-    :meth:`~xnp.train.settings.TrainConfig.init_optimizer`.
+    :meth:`~xnp.train.settings.TrainConfig.init_optimizer`.  ``loss`` is the
+    objective (:func:`batch_loss`: ``"nll"`` or ``"crps"``).
     """
-    update = _update(graphdef, adamw(clip_norm, weight_decay), batch_loss)
+    update = _update(graphdef, adamw(clip_norm, weight_decay), _objective(loss))
 
     def step(params: nnx.State, opt_state: optax.OptState, batch: Any, lr: jax.Array):
         opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
         return update(params, opt_state, batch)
 
     return jax.jit(step, donate_argnums=(0, 1))
+
+
+def _objective(loss: str) -> Callable[[nnx.Module, Any], jax.Array]:
+    """:func:`batch_loss` with its ``loss`` fixed (checked before anything compiles)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}")
+    return functools.partial(batch_loss, loss=loss)
 
 
 def moving_average(average: nnx.State, params: nnx.State, decay: jax.Array) -> nnx.State:
@@ -96,7 +117,9 @@ def moving_average(average: nnx.State, params: nnx.State, decay: jax.Array) -> n
 
 
 @functools.lru_cache(maxsize=8)
-def averaged_fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float) -> Callable:
+def averaged_fit_step(
+    graphdef: nnx.GraphDef, clip_norm: float, weight_decay: float, loss: str = "nll"
+) -> Callable:
     """Jitted ``step(params, opt_state, average, batch, lr, decay)``.
 
     It returns ``(params, opt_state, average, loss)``: :func:`fit_step`'s
@@ -105,7 +128,7 @@ def averaged_fit_step(graphdef: nnx.GraphDef, clip_norm: float, weight_decay: fl
     :meth:`~xnp.train.settings.TrainConfig.ema_decay`).  The three states are
     donated together, so an interrupted step leaves all or none of them consumed.
     """
-    update = _update(graphdef, adamw(clip_norm, weight_decay), batch_loss)
+    update = _update(graphdef, adamw(clip_norm, weight_decay), _objective(loss))
 
     def step(params, opt_state, average, batch, lr: jax.Array, decay: jax.Array):
         opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
