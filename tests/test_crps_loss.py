@@ -118,7 +118,6 @@ def test_the_default_objective_is_left_out_of_the_record_and_old_histories_load(
     assert "loss" not in model.training["train_config"]  # checkpoints of before still resume
     assert np.isnan(model.history_["train_crps"].values).all()
     assert default_metrics(model.history_) == ("train_nll", "val_nll")
-    written_before = {"step": [25, 50], "train_nll": [1.0, 0.9], "val_rmse": [[0.5], [0.4]]}
-    old = history_dataset(written_before, ["v"], ["K"])
+    old = history_dataset({"step": [25, 50], "train_nll": [1.0, 0.9]}, ["v"], ["K"])
     assert np.isnan(old["val_crps"].values).all()
     assert old.sizes["step"] == 2

@@ -52,7 +52,8 @@ def history_dataset(
     for name in _NAN_FIELDS:  # a column written before it existed: NaN at every step
         values = np.asarray(history.get(name, [math.nan] * steps.size), np.float64).reshape(-1)
         data[name] = ("step", values, {"long_name": attrs[name]})
-    rmse = np.asarray(history.get("val_rmse", []), np.float64).reshape(-1, len(variables))
+    no_rmse = [[math.nan] * len(variables)] * steps.size
+    rmse = np.asarray(history.get("val_rmse", no_rmse), np.float64).reshape(-1, len(variables))
     rmse_attrs = {"long_name": "validation root-mean-square error (data units)"}
     if len(variables) == 1:
         if units[0]:
