@@ -87,7 +87,7 @@ def test_the_crps_step_descends_the_crps_of_the_models_predictions(setup):
     for _ in range(5):
         p, o, loss = step(p, o, batch, np.float32(1e-3))
     assert float(loss) < before  # five steps on one batch lower its CRPS
-    with pytest.raises(ValueError, match="loss must be one of"):
+    with pytest.raises(ConfigError, match="loss must be one of"):
         fit_step(graphdef, config.clip_norm, config.weight_decay, "mse")
 
 

@@ -20,6 +20,7 @@ import jax
 import optax
 from flax import nnx
 
+from xnp.errors import ConfigError
 from xnp.models.likelihoods import gaussian_crps
 from xnp.train.settings import LOSSES, adamw
 
@@ -70,7 +71,7 @@ def batch_loss(model: nnx.Module, batch: Any, loss: str = "nll") -> jax.Array:
     if loss == "crps":
         mean, std = model(batch.context, batch.target)
         return gaussian_crps(mean, std, batch.y, batch.target.mask)
-    raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}")
+    raise ConfigError(f"loss must be one of {LOSSES}; got {loss!r}.")
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,7 +100,7 @@ def fit_step(
 def _objective(loss: str) -> Callable[[nnx.Module, Any], jax.Array]:
     """:func:`batch_loss` with its ``loss`` fixed (checked before anything compiles)."""
     if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}")
+        raise ConfigError(f"loss must be one of {LOSSES}; got {loss!r}.")
     return functools.partial(batch_loss, loss=loss)
 
 
