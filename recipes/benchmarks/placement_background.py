@@ -27,7 +27,7 @@ frames (days 19–21).
 
     python recipes/benchmarks/placement_background.py [--validation] [--sites 20]
 
-About 20 minutes on two idle cores.
+About 12 minutes on two cores (measured while a training run shared them).
 
 The rule, written before the first validation run: the greedy design of this map is
 the variant (first frame alone, or over the day before) with the lower mean oracle
