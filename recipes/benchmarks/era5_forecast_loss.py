@@ -61,7 +61,9 @@ seed 1 (two-seed means 0.498 against 0.482 K), and its forecasts run cold (mean 
 −0.14 / −0.21 K, outside issue 27's ±0.2 K for seed 1): on the validation days it had
 mended the NLL fits' warm bias (+0.11 / +0.16 → −0.04 / −0.06 K), and what mends one
 two-day period's bias carries the opposite way into the next, as with the regressors of
-``era5_forecast_gradient.py``.  A diagnostic after both choices, which chose nothing: the 10 % fits on the test
+``era5_forecast_gradient.py``.
+
+A diagnostic after both choices, which chose nothing: the 10 % fits on the test
 forecasts (``--test``), CRPS / RMSE / mean error: NLL objective 0.544 / 0.993 / −0.185
 and 0.575 / 1.038 / +0.099 (seeds 0, 1), CRPS objective 0.547 / 0.989 / −0.072 and
 0.569 / 1.029 / −0.035: level (two-seed means 0.558 against 0.560 K), where the
