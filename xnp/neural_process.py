@@ -31,7 +31,7 @@ from xnp.data.normalise import Normaliser
 from xnp.data.tasks import ForecastTasks, SpatialTasks, WindowTasks
 from xnp.errors import CheckpointError, ConfigError, EmptyDataError, XnpError
 from xnp.files import atomic_directory
-from xnp.history import history_dataset, plot_history
+from xnp.history import default_metrics, history_dataset, plot_history
 from xnp.models.build import build_model, graphdef_of
 from xnp.models.registry import config_to_dict
 from xnp.nn.bias import rescaled_rates
@@ -356,8 +356,7 @@ class NeuralProcess:
                 + (f"; best step {t['best_step']}" if t.get("best_step") else "")
             )
         # the validation row that chose the kept parameters: the lowest of the objective's
-        loss = (t.get("train_config") or {}).get("loss", "nll") if t else "nll"
-        column = f"val_{loss}"
+        column = default_metrics(self.history_)[1]
         val = self.history_[column].values if self.history_.sizes.get("step") else []
         finite = np.flatnonzero(np.isfinite(val))
         if finite.size:

@@ -112,16 +112,13 @@ def main() -> None:
     counts = [c for c in (5, 10, 20) if c <= args.sites]
     frame, context, allowed = station_task(dep, cells, first)
     grid = frame.drop_vars("t2m")
-    designs = {}
-    t0 = time.perf_counter()
-    result = place_sensors(model, context, allowed, grid, args.sites, lazy=True)
-    print(f"lazy greedy, first frame: {(time.perf_counter() - t0) / args.sites:.1f} s/step")
-    designs["lazy greedy (model std), first frame"] = [sites_of(result, s)]
     past = station_frames(dep, cells, np.arange(first - 24, first, 6))
-    t0 = time.perf_counter()
-    result = place_sensors(model, past, allowed, grid, args.sites, lazy=True)
-    print(f"lazy greedy, day before: {(time.perf_counter() - t0) / args.sites:.1f} s/step")
-    designs["lazy greedy (model std), over the day before"] = [sites_of(result, s)]
+    designs = {}
+    for name, observed in (("first frame", context), ("over the day before", past)):
+        t0 = time.perf_counter()
+        result = place_sensors(model, observed, allowed, grid, args.sites, lazy=True)
+        print(f"lazy greedy, {name}: {(time.perf_counter() - t0) / args.sites:.1f} s/step")
+        designs[f"lazy greedy (model std), {name}"] = [sites_of(result, s)]
     designs["space-filling (maximin distance)"] = [space_filling(cells, candidates, s, args.sites)]
     designs["random (mean of 5 draws)"] = [
         list(np.random.default_rng(k).choice(candidates, args.sites, replace=False))

@@ -23,10 +23,25 @@ from flax import nnx
 from xnp.errors import ConfigError
 from xnp.models.config import check_int, check_real
 
-__all__ = ["LOSSES", "TrainConfig", "adamw", "make_optimizer"]
+__all__ = ["LOSSES", "TrainConfig", "adamw", "check_loss", "make_optimizer"]
 
 #: The training objectives :class:`TrainConfig` takes (``loss=``).
 LOSSES = ("nll", "crps")
+
+
+def check_loss(loss: str) -> str:
+    """``loss`` if it is one of :data:`LOSSES`, else a :class:`~xnp.errors.ConfigError`.
+
+    Examples
+    --------
+    >>> check_loss("crps")
+    'crps'
+    """
+    if loss not in LOSSES:
+        raise ConfigError(f"loss must be one of {', '.join(map(repr, LOSSES))}; got {loss!r}.")
+    return loss
+
+
 #: AdamW's moment decay rates (the paper's, and optax's defaults).
 _BETAS = (0.9, 0.999)
 #: Hyperparameters of :func:`optax.adamw` that stay Python numbers (static), so that
@@ -158,10 +173,7 @@ class TrainConfig:
         check_int(self, "keep_checkpoints")
         check_int(self, "prefetch", minimum=0)
         check_real(self, "ema", lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (0: no average)")
-        if self.loss not in LOSSES:
-            raise ConfigError(
-                f"loss must be one of {', '.join(map(repr, LOSSES))}; got {self.loss!r}."
-            )
+        check_loss(self.loss)
 
     def schedule(self, learning_rate: float, steps: int) -> Callable[[int], float]:
         """Learning rate at each step of a run of ``steps`` steps peaking at ``learning_rate``.

@@ -20,9 +20,8 @@ import jax
 import optax
 from flax import nnx
 
-from xnp.errors import ConfigError
 from xnp.models.likelihoods import gaussian_crps
-from xnp.train.settings import LOSSES, adamw
+from xnp.train.settings import adamw, check_loss
 
 __all__ = ["averaged_fit_step", "batch_loss", "fit_step", "make_train_step"]
 
@@ -66,12 +65,10 @@ def batch_loss(model: nnx.Module, batch: Any, loss: str = "nll") -> jax.Array:
     ``loss``); ``"crps"``: the mean CRPS of its Gaussian predictions
     (:func:`~xnp.models.likelihoods.gaussian_crps`, normalised units).
     """
-    if loss == "nll":
-        return model.loss(batch.context, batch.target, batch.y)
-    if loss == "crps":
+    if check_loss(loss) == "crps":
         mean, std = model(batch.context, batch.target)
         return gaussian_crps(mean, std, batch.y, batch.target.mask)
-    raise ConfigError(f"loss must be one of {LOSSES}; got {loss!r}.")
+    return model.loss(batch.context, batch.target, batch.y)
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,9 +96,7 @@ def fit_step(
 
 def _objective(loss: str) -> Callable[[nnx.Module, Any], jax.Array]:
     """:func:`batch_loss` with its ``loss`` fixed (checked before anything compiles)."""
-    if loss not in LOSSES:
-        raise ConfigError(f"loss must be one of {LOSSES}; got {loss!r}.")
-    return functools.partial(batch_loss, loss=loss)
+    return functools.partial(batch_loss, loss=check_loss(loss))
 
 
 def moving_average(average: nnx.State, params: nnx.State, decay: jax.Array) -> nnx.State:
