@@ -242,7 +242,8 @@ def report(val: dict, val_rand: dict, test: dict, rand: dict, budgets: list[floa
     }  # fmt: skip
     text = (
         "## Interpolating departures from a climatology (`background=`, issue 28)\n\n"
-        f"`{COMMAND}`: {total:.0f} min (the fine-tunes cached in `~/.cache/xnp/{CACHE.name}`). "
+        f"`{COMMAND} --budgets {' '.join(f'{b:g}' for b in budgets)}`: {total:.0f} min "
+        f"(the fine-tunes cached in `~/.cache/xnp/{CACHE.name}`). "
         f"Machine: {machine()}.\n\n"
         "The task of the `finetune_era5` section (ERA5 UK 2 m temperature; context: the 218 "
         "HadISD station cells, or one random 10 % of the cells; targets: every other cell; "
