@@ -151,11 +151,12 @@ def main() -> None:
     print("validation frames, random 10 % of the cells:", flush=True)
     val_rand = dict(evaluate_all(fitted, random_cells_task(frames["validation"])))
     test, rand = {}, {}
+    at_stations, at_random = era5_task(frames["test"]), random_cells_task(frames["test"])
     for label, methods in (("1–18", before_test), ("1–16", fitted)):
         print(f"test frames (days 19–21), background of days {label}, station cells:", flush=True)
-        test[label] = dict(evaluate_all(methods, era5_task(frames["test"])))
+        test[label] = dict(evaluate_all(methods, at_stations))
         print("test frames, random 10 % of the cells:", flush=True)
-        rand[label] = dict(evaluate_all(methods, random_cells_task(frames["test"])))
+        rand[label] = dict(evaluate_all(methods, at_random))
     total = (time.perf_counter() - start) / 60.0
     text = report(val, val_rand, test, rand, args.budgets, total)
     print(text)
