@@ -177,6 +177,7 @@ from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fi
 from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors
+from xnp.models.bsa_tnp import with_zero_inputs
 from xnp.models.config import BSATNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.train import TrainConfig, fit_step
@@ -195,12 +196,20 @@ CONTEXT_RMS_KM = 450.0  # the working size recorded with the model (training["co
 DEFAULT_TREND = "linear"  # the model's own trend (training["trend"]): see the docstring
 
 
-def config(prior_key: bool = False) -> BSATNPConfig:
+#: The GP bank of ``--gp-bank`` (:mod:`xnp.nn.gp_bank`): rough, twice-differentiable and
+#: smooth kernels at three lengthscales (fractions of the context's rms spread; the
+#: prior's lengthscales are 0.07–1.4 of it), set before the first run, not tuned.
+GP_BANK = tuple(
+    (kind, frac) for kind in ("matern12", "matern52", "rbf") for frac in (0.1, 0.35, 1.2)
+)
+
+
+def config(prior_key: bool = False, gp_bank: bool = False) -> BSATNPConfig:
     return BSATNPConfig(
         spatial_bias="great_circle", spatial_scale=1000.0, embed_s=False, embed_t=False,
         temporal_bias=False, n_blocks=4, n_heads=4, dim_token=64, dim_attn=64,
         embed_hidden=(128,), ffn_hidden=128, head_hidden=(128,), q_chunk=256, k_chunk=256,
-        prior_key=prior_key,
+        prior_key=prior_key, gp_bank=GP_BANK if gp_bank else (),
     )  # fmt: skip
 
 
@@ -300,13 +309,20 @@ def main() -> None:
         "--init-from, the other weights come from that model and the prior's gates "
         "start closed, so training starts from its predictions",
     )
+    parser.add_argument(
+        "--gp-bank",
+        action="store_true",
+        help="every token reads the predictions of a bank of exact GPs (GP_BANK); with "
+        "--init-from, their input channels start at zero, so training starts from that "
+        "model's predictions",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
 
-    cfg = config(args.prior_key)
+    cfg = config(args.prior_key, args.gp_bank)
     norm = Normaliser({"value": Stats(0.0, 1.0, None, None)})
     model = NeuralProcess.init(cfg, norm, ["value"], normalise="context", seed=0)
     graphdef, params = nnx.split(model.module)
@@ -350,12 +366,17 @@ def main() -> None:
         if args.resume and state_file.exists():
             parser.error("--init-from starts a new run: give another --work, or drop --resume")
         start = xnp.load(args.init_from)
-        if start.config.replace(prior_key=cfg.prior_key) != cfg:
+        new = {"prior_key": cfg.prior_key, "gp_bank": cfg.gp_bank, "gp_nugget": cfg.gp_nugget}
+        if start.config.replace(**new) != cfg:
             parser.error(f"{args.init_from} is not a model of this recipe's configuration")
+        start_params = start.params_
+        if cfg.gp_bank and not start.config.gp_bank:  # zero inputs for the bank's features
+            start_params = with_zero_inputs(start_params, cfg.dim_obs_embed + cfg.dim_x,
+                                            2 * len(cfg.gp_bank))  # fmt: skip
         # the start's weights where it has them (all but a new prior key's, which stay
         # as initialised: gates at zero, so the predictions are the start's)
         own = dict(nnx.to_flat_state(params))
-        for path, value in nnx.to_flat_state(start.params_):
+        for path, value in nnx.to_flat_state(start_params):
             if path not in own:
                 parser.error(f"{args.init_from} has weights ({path}) this configuration lacks")
             own[path] = value

@@ -46,6 +46,7 @@ import numpy as np
 from xnp.data.normalise import is_zero_shot
 from xnp.data.tasks import ForecastTasks, WindowTasks
 from xnp.errors import ConfigError
+from xnp.models.bsa_tnp import with_zero_inputs
 from xnp.neural_process import NeuralProcess
 from xnp.prediction.context import working_scale
 from xnp.shipped import available_pretrained, pretrained
@@ -214,7 +215,7 @@ def pretrained_start(
     new_cfg = cfg
     if n_covariate_channels:
         new_cfg = cfg.replace(dim_x=n_covariate_channels)
-        params = _with_zero_channels(params, cfg.dim_obs_embed, n_covariate_channels)
+        params = with_zero_inputs(params, cfg.dim_obs_embed, n_covariate_channels)
     training = {k: v for k, v in model.training.items() if k != "context_rms_km"}
     digest = _digest(base.params_)
     record = {"from": _name_of(digest), "distance_scale": factor, "params_digest": digest}
@@ -237,21 +238,3 @@ def _digest(params: Any) -> str:
     for leaf in jax.tree.leaves(params):
         h.update(np.asarray(leaf).tobytes())
     return h.hexdigest()[:16]
-
-
-def _with_zero_channels(params: Any, offset: int, count: int) -> Any:
-    """The point encoder's first layer with ``count`` zero input rows at ``offset``.
-
-    The new rows are the weights of the covariate channels (after the observed flag's
-    embedding), so they contribute nothing until training moves them.
-    """
-
-    def widen(path: tuple, leaf: Any) -> Any:
-        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-        if names[:3] == ["embed", "layers", "0"] and "kernel" in names:
-            value = np.asarray(leaf)
-            zeros = np.zeros((count, value.shape[1]), value.dtype)
-            return jax.numpy.asarray(np.concatenate([value[:offset], zeros, value[offset:]]))
-        return leaf
-
-    return jax.tree_util.tree_map_with_path(widen, params)

@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from xnp.arrays import Points
@@ -37,9 +38,10 @@ from xnp.geo.distance import latlon_to_xyz
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
 from xnp.nn.bias import SpaceTimeBias
+from xnp.nn.gp_bank import GPBankState, condition_bank, predict_bank
 from xnp.nn.layers import MLP, MultiHeadAttention, count_params
 
-__all__ = ["BSATNP", "ContextState", "KRBlock"]
+__all__ = ["BSATNP", "ContextState", "KRBlock", "with_zero_inputs"]
 
 
 @jax.tree_util.register_dataclass
@@ -55,11 +57,14 @@ class ContextState:
         Bias features of the context points (``"s"``, ``"t"``).
     mask : bool array ``[B, Nc]``
         Which context points are real.
+    gp : GPBankState or None
+        The conditioned GP bank (``BSATNPConfig.gp_bank``), or None without one.
     """
 
     kv: list[tuple[jax.Array, jax.Array]]
     feats: dict[str, jax.Array]
     mask: jax.Array
+    gp: GPBankState | None = None
 
 
 class KRBlock(nnx.Module):
@@ -130,7 +135,8 @@ class BSATNP(nnx.Module):
         cfg = self.config = config
         dtype = jnp.dtype(cfg.dtype)
         d_s = (3 if cfg.spatial_bias == "great_circle" else cfg.dim_s) if cfg.embed_s else 0
-        d_in = cfg.dim_obs_embed + cfg.dim_x + d_s + int(cfg.embed_t) + cfg.dim_y
+        d_in = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank)
+        d_in += d_s + int(cfg.embed_t) + cfg.dim_y
         self.obs_embed = nnx.Embed(2, cfg.dim_obs_embed, rngs=rngs)
         self.embed = MLP([d_in, *cfg.embed_hidden, cfg.dim_token], dtype=dtype, rngs=rngs)
         self.embed_norm = nnx.LayerNorm(cfg.dim_token, dtype=dtype, rngs=rngs)
@@ -139,11 +145,13 @@ class BSATNP(nnx.Module):
         self.head = MLP([cfg.dim_token, *cfg.head_hidden, 2 * cfg.dim_y], dtype=dtype, rngs=rngs)
 
     # -- helpers -----------------------------------------------------------------------
-    def _embed(self, p: Points, *, observed: bool) -> jax.Array:
+    def _embed(self, p: Points, *, observed: bool, bank: jax.Array | None = None) -> jax.Array:
         cfg = self.config
         b, n = p.mask.shape
         flag = self.obs_embed(jnp.full((b, n), int(observed), jnp.int32))
-        parts = [flag, p.x]
+        # the GP bank's features follow the covariates, so that covariate channels
+        # added by a fine-tune (zero rows after the flag) leave them in place
+        parts = [flag, p.x] if bank is None else [flag, p.x, bank]
         # embedded coordinates get the scales of the biases, so that the MLP sees
         # values of order one whatever the data's units (metres, hours)
         if cfg.embed_s:
@@ -171,14 +179,20 @@ class BSATNP(nnx.Module):
         """
         context.validate_for(self.config, "context")
         context = context.zero_masked()  # padding never reaches the outputs, even NaN
-        e = self._embed(context, observed=True)
         feats = self._feats(context)
+        gp, bank = None, None
+        if self.config.gp_bank:
+            gp, bank = condition_bank(
+                feats["s"], context.f[..., 0], context.mask, self.config.gp_bank,
+                self.config.gp_nugget,
+            )  # fmt: skip
+        e = self._embed(context, observed=True, bank=bank)
         kv = []
         for i, block in enumerate(self.blocks):
             kv.append(block.context_kv(e))
             if i + 1 < len(self.blocks):
                 e = block(e, kv[-1], feats, feats, context.mask)
-        return ContextState(kv=kv, feats=feats, mask=context.mask)
+        return ContextState(kv=kv, feats=feats, mask=context.mask, gp=gp)
 
     def predict(self, state: ContextState, targets: Points) -> tuple[jax.Array, jax.Array]:
         """Predictive mean and standard deviation ``[B, Nt, Dy]`` at the targets.
@@ -192,8 +206,11 @@ class BSATNP(nnx.Module):
                 f"the context state has {len(state.kv)} blocks; this model has "
                 f"{len(self.blocks)}. Condition with the same model you predict with."
             )
-        e = self._embed(targets, observed=False)
         feats = self._feats(targets)
+        bank = None
+        if self.config.gp_bank:
+            bank = predict_bank(state.gp, feats["s"], self.config.gp_bank, self.config.gp_nugget)
+        e = self._embed(targets, observed=False, bank=bank)
         for block, kv in zip(self.blocks, state.kv, strict=True):
             e = block(e, kv, feats, state.feats, state.mask)
         raw = self.head(self.final_norm(e)).astype(jnp.float32)
@@ -207,6 +224,35 @@ class BSATNP(nnx.Module):
         """Mean Gaussian NLL of ``y`` ``[B, Nt, Dy]`` over the valid targets."""
         mean, std = self(context, targets)
         return gaussian_nll(mean, std, y, targets.mask)
+
+
+def with_zero_inputs(params: Any, offset: int, count: int) -> Any:
+    """A BSA-TNP's parameters with ``count`` new zero input channels at ``offset``.
+
+    The point encoder's first layer gets ``count`` zero rows at ``offset`` of its
+    inputs (``[flag embedding, covariates, GP bank features, ..., value]``), so the
+    widened model predicts exactly as before until training moves them: the way a
+    fine-tune adds covariates (after the flag) and a pretrained model gains a GP
+    bank (after the covariates).
+
+    Examples
+    --------
+    >>> model = BSATNP(BSATNPConfig.tiny(), rngs=nnx.Rngs(0))
+    >>> _, params = nnx.split(model)
+    >>> rows = lambda p: p["embed"]["layers"][0]["kernel"].shape[0]
+    >>> rows(with_zero_inputs(params, 2, 3)) - rows(params)
+    3
+    """
+
+    def widen(path: tuple, leaf: Any) -> Any:
+        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+        if names[:3] == ["embed", "layers", "0"] and "kernel" in names:
+            value = np.asarray(leaf)
+            zeros = np.zeros((count, value.shape[1]), value.dtype)
+            return jnp.asarray(np.concatenate([value[:offset], zeros, value[offset:]]))
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(widen, params)
 
 
 def describe(model: BSATNP) -> dict[str, Any]:

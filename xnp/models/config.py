@@ -165,6 +165,17 @@ class BSATNPConfig(ConfigIO):
         the share of attention on the observations then falls with their distance,
         so the prediction can revert to a prior far from them.  Gated from zero: a
         model given it (e.g. a fine-tune of a pretrained one) starts unchanged.
+    gp_bank : tuple of (kind, fraction)
+        A bank of exact GPs whose predictions every token reads as extra inputs
+        (:mod:`xnp.nn.gp_bank`): each member a kernel (``"matern12"``,
+        ``"matern32"``, ``"matern52"`` or ``"rbf"``) of the distance between the
+        bias features, its lengthscale ``fraction`` × the context's rms spread.
+        Targets read each member's posterior mean and log std, context points its
+        leave-one-out prediction.  Empty (the default): none.  Needs a spatial bias
+        and one output variable.
+    gp_nugget : float
+        Noise variance of every member of ``gp_bank`` (the standardised field's
+        prior variance is 1).
     q_chunk, k_chunk : int
         Tile sizes of Biased Scan Attention.
     dtype : {"float32", "bfloat16", "float16"}
@@ -199,6 +210,8 @@ class BSATNPConfig(ConfigIO):
     min_std: float = 1e-3
     attention: Literal["bsa", "dense"] = "bsa"
     prior_key: bool = False
+    gp_bank: tuple[tuple[str, float], ...] = ()
+    gp_nugget: float = 0.02
     q_chunk: int = 512
     k_chunk: int = 512
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -238,6 +251,32 @@ class BSATNPConfig(ConfigIO):
         check_real(self, "min_std", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
         for name in ("embed_hidden", "head_hidden"):
             check_sizes(self, name)
+        self._check_gp_bank()
+
+    def _check_gp_bank(self) -> None:
+        kinds = ("matern12", "matern32", "matern52", "rbf")
+        bank = self.gp_bank
+        good = isinstance(bank, tuple | list) and all(
+            isinstance(m, tuple | list)
+            and len(m) == 2
+            and m[0] in kinds
+            and _is_real(m[1])
+            and math.isfinite(m[1])
+            and m[1] > 0
+            for m in bank
+        )
+        if not good:
+            raise ConfigError(
+                "gp_bank must be a tuple of (kind, fraction) pairs, kind one of "
+                f"{kinds} and fraction a positive number; got {bank!r}."
+            )
+        _set(self, "gp_bank", tuple((str(k), float(f)) for k, f in bank))
+        check_real(self, "gp_nugget", lambda v: v > 0, "a positive finite number")
+        if bank and (self.spatial_bias == "none" or self.dim_y != 1):
+            raise ConfigError(
+                "gp_bank needs a spatial bias (its distances) and one output variable "
+                f"(dim_y=1); got spatial_bias={self.spatial_bias!r}, dim_y={self.dim_y}."
+            )
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:

@@ -1,0 +1,102 @@
+"""The GP bank a BSA-TNP can read (issue 28): exact features, padding, unchanged at zero."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from xnp.arrays import Points
+from xnp.errors import ConfigError
+from xnp.geo.distance import latlon_to_xyz
+from xnp.models.bsa_tnp import BSATNP, with_zero_inputs
+from xnp.models.config import BSATNPConfig
+from xnp.nn.gp_bank import condition_bank, exact_features, predict_bank
+
+MEMBERS = (("matern12", 0.1), ("matern32", 0.35), ("matern52", 1.2), ("rbf", 0.5))
+
+
+def points(b, n, seed):
+    rng = np.random.default_rng(seed)
+    lat, lon = rng.uniform(40.0, 50.0, (b, n)), rng.uniform(-5.0, 5.0, (b, n))
+    return np.stack([lat, lon], -1)
+
+
+def test_features_match_the_float64_reference_with_padding():
+    s_c, s_t = points(2, 12, 0), points(2, 5, 1)
+    x_c, x_t = (np.asarray(latlon_to_xyz(s[..., 0], s[..., 1])) for s in (s_c, s_t))
+    y = np.random.default_rng(2).normal(size=(2, 12)).astype(np.float32)
+    mask = np.ones((2, 12), bool)
+    mask[1, 7:] = False
+    y_padded = np.where(mask, y, 1e3)  # padding values must not matter
+    state, ctx = condition_bank(jnp.asarray(x_c), jnp.asarray(y_padded), jnp.asarray(mask),
+                                MEMBERS, 0.02)  # fmt: skip
+    tgt = predict_bank(state, jnp.asarray(x_t), MEMBERS, 0.02)
+    assert ctx.shape == (2, 12, 2 * len(MEMBERS))
+    assert tgt.shape == (2, 5, 2 * len(MEMBERS))
+    for b in range(2):
+        m = mask[b]
+        want_ctx, want_tgt = exact_features(x_c[b][m], y[b][m], x_t[b], MEMBERS, 0.02)
+        np.testing.assert_allclose(np.asarray(ctx[b])[m], want_ctx, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(tgt[b]), want_tgt, atol=1e-4)
+    assert not np.asarray(ctx[1, 7:]).any()  # padding's features are zero
+
+
+def test_features_do_not_depend_on_the_size_of_the_region():
+    s = points(1, 10, 3)
+    y = jnp.asarray(np.random.default_rng(4).normal(size=(1, 10)), jnp.float32)
+    feats = []
+    for shrink in (0.1, 0.02):  # the same layout at the equator, five times smaller
+        s_k = (s - np.array([45.0, 0.0])) * shrink
+        x = latlon_to_xyz(jnp.asarray(s_k[..., 0]), jnp.asarray(s_k[..., 1]))
+        _, f = condition_bank(x, y, jnp.ones((1, 10), bool), MEMBERS, 0.02)
+        feats.append(np.asarray(f))
+    np.testing.assert_allclose(feats[0], feats[1], atol=2e-3)
+
+
+def tiny(bank=()):
+    return BSATNPConfig.tiny(gp_bank=bank)
+
+
+def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
+    plain = BSATNP(tiny(), rngs=nnx.Rngs(0))
+    cfg = tiny(MEMBERS)
+    banked = BSATNP(cfg, rngs=nnx.Rngs(0))
+    graphdef, _ = nnx.split(banked)
+    _, params = nnx.split(plain)
+    wide = with_zero_inputs(params, cfg.dim_obs_embed + cfg.dim_x, 2 * len(MEMBERS))
+    banked = nnx.merge(graphdef, wide)
+    ks = jax.random.split(jax.random.key(3), 2)
+    ctx = Points.from_arrays(s=jnp.asarray(points(2, 9, 5), jnp.float32),
+                             f=jax.random.normal(ks[0], (2, 9, 1)))  # fmt: skip
+    tgt = Points.from_arrays(s=jnp.asarray(points(2, 6, 6), jnp.float32))
+    for a, b in zip(plain(ctx, tgt), banked(ctx, tgt), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # targets are independent given the context: any chunks give the same values
+    state = banked.condition(ctx)
+    whole = banked.predict(state, tgt)
+    parts = [banked.predict(state, Points.from_arrays(s=tgt.s[:, i : i + 3])) for i in (0, 3)]
+    for k in range(2):
+        np.testing.assert_allclose(
+            whole[k], jnp.concatenate([p[k] for p in parts], axis=1), atol=1e-6
+        )
+    # the bank's input rows get a gradient, so training can use them
+    grads = nnx.grad(lambda m: m.loss(ctx, tgt, jnp.ones((2, 6, 1))))(banked)
+    rows = grads.embed.layers[0].kernel[...][cfg.dim_obs_embed : cfg.dim_obs_embed + 8]
+    assert bool(jnp.isfinite(rows).all())
+    assert float(jnp.abs(rows).sum()) > 0
+
+
+def test_the_bank_is_configured_checked_and_saved():
+    cfg = tiny([["rbf", 1]])  # lists, as JSON gives them back
+    assert cfg.gp_bank == (("rbf", 1.0),)
+    assert BSATNPConfig.from_dict(cfg.to_dict()) == cfg
+    assert tiny().gp_bank == ()
+    with pytest.raises(ConfigError, match="gp_bank must be"):
+        tiny((("gaussian", 1.0),))
+    with pytest.raises(ConfigError, match="gp_bank must be"):
+        tiny((("rbf", -1.0),))
+    with pytest.raises(ConfigError, match="one output variable"):
+        BSATNPConfig.tiny(gp_bank=(("rbf", 1.0),), dim_y=2)
+    with pytest.raises(ConfigError, match="spatial bias"):
+        BSATNPConfig.tiny(gp_bank=(("rbf", 1.0),), spatial_bias="none")
