@@ -149,6 +149,30 @@ went to its floor (10⁻³) on every frame.  RMSE 0.706 → 0.694 K, but NLL 0.9
 and CRPS 0.370 → 0.384 K: on the frames with long fitted ranges the trend estimate's
 variance widens the intervals, and one frame's RMSE rose from 0.74 to 1.13 K.  So the
 fixed, fitting-free covariance stays.
+
+**A GP bank as the network's input** (``--gp-bank``, issue 28 item 2; 2026-12-02).  The
+gap to the exact GP grows with smoothness (``evaluate_by_smoothness.py``: Matérn 1/2
++0.08 nats, RBF +0.39): a smooth field's Bayes-optimal weights come from solving the
+context's covariance, which the attention must learn to approximate.  With
+``BSATNPConfig(gp_bank=GP_BANK)`` every token also reads the predictions of nine exact
+GPs (Matérn 1/2, Matérn 5/2 and RBF at 0.1, 0.35 and 1.2 times the context's rms
+spread, nugget 0.02; :mod:`xnp.nn.gp_bank`): the targets their posterior means and log
+stds, the context points their leave-one-out predictions, so the network can see at
+the context which of them fits the field and weigh their predictions at the targets.
+The run, ``--init-from xnp/pretrained_models/gp-sphere --gp-bank --steps 8000
+--learning-rate 5e-4`` on the shipped model's stationary prior, starts exactly from
+the shipped predictions (the bank's input weights start at zero).
+
+The rule, written before the run's end was evaluated: the bank model is shipped (as
+``gp-sphere-bank``; ``gp-sphere`` stays) if on validation data only its NLL is below
+the shipped model's on the recipe's 256 held-out tasks and, with each model's best
+trend / ``calibrate`` row, on ERA5 days 17–18 at the station cells
+(``compare_zero_shot.py --no-test``).  Its own trend (``training["trend"]``) is the
+row with the lowest ERA5 validation NLL.  It becomes the default model
+(``xnp.pretrained()``, the demo, fine-tuning's start) only if its best row also has
+the lower NLL on ``compare_zero_shot.py``'s held-out synthetic fields, in each of
+their three cases.  Only then are the test tables (``zero_shot_trend.py``,
+``evaluate_by_smoothness.py``) computed for it.
 """
 
 from __future__ import annotations
