@@ -10,7 +10,7 @@ reach).  The table gives the mean NLL gap (model − floor, nats per target) per
 the cap radius), with its standard error over the tasks of the cell; issue 28's goal
 is a gap of at most 0.10 in every cell.
 
-    python recipes/pretrain/evaluate_by_smoothness.py [MODEL_DIR] [--batches 128] [--no-write]
+    python recipes/pretrain/evaluate_by_smoothness.py [MODEL ...] [--batches 128] [--no-write]
 
 2026-12-01, the shipped ``gp-sphere`` (1,024 tasks): the gap is smallest on the rough
 fields (Matérn 1/2: +0.08 nats, within the goal in every band) and grows with
@@ -21,7 +21,8 @@ fields resemble (the Matérn GP wins the ERA5 baselines), so the gap that matter
 real data is smaller than the pooled one (+0.21); the next pretraining should spend its
 steps on the smooth, long-lengthscale tasks (or a larger network), not on the rough.
 
-``MODEL_DIR`` defaults to the shipped ``gp-sphere``.  About 3 minutes on two cores for
+``MODEL`` (one or more: shipped names or model directories, scored on the same
+tasks) defaults to the shipped ``gp-sphere``.  About 3 minutes on two cores for
 128 batches of 8 tasks.  Writes the ``pretrained_by_smoothness`` section of
 docs/benchmarks.md.
 """
@@ -101,34 +102,55 @@ def table(res: dict[str, np.ndarray]) -> tuple[str, float]:
     return "\n".join(lines), worst
 
 
+def resolve(name: str) -> tuple[xnp.NeuralProcess, str, str]:
+    """A shipped model by name or a model directory: the model, its label, its digest."""
+    if name in xnp.available_pretrained():
+        weights = xnp.pretrained.__globals__["_root"]() / name
+        model = xnp.pretrained(name)
+    else:
+        weights = Path(name)
+        model = xnp.load(weights)
+    digest = hashlib.sha256((weights / "params.safetensors").read_bytes()).hexdigest()[:12]
+    return model, name, digest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", type=Path, help="model directory (default: gp-sphere)")
+    parser.add_argument(
+        "models", nargs="*", default=["gp-sphere"],
+        help="shipped names or model directories (default: gp-sphere)",
+    )  # fmt: skip
     parser.add_argument("--batches", type=int, default=128, help="batches of 8 tasks (128)")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
     if args.batches < 1:
         parser.error("--batches must be at least 1")
-    model = xnp.load(args.model) if args.model else xnp.pretrained("gp-sphere")
-    weights = args.model or xnp.pretrained.__globals__["_root"]() / "gp-sphere"
-    digest = hashlib.sha256((weights / "params.safetensors").read_bytes()).hexdigest()[:12]
-    res = gaps(model, args.batches, not args.no_progress)
-    body, worst = table(res)
-    gap = res["model"] - res["floor"]
+    parts, n_tasks = [], 0
+    for name in args.models:
+        model, label, digest = resolve(name)
+        res = gaps(model, args.batches, not args.no_progress)
+        body, worst = table(res)
+        gap = res["model"] - res["floor"]
+        n_tasks = len(gap)
+        parts.append(
+            f"**Model `{label}`** (weights sha256 {digest}…):\n\n{body}\n\n"
+            f"Over all tasks: model NLL {res['model'].mean():.3f}, floor "
+            f"{res['floor'].mean():.3f}, gap {gap.mean():+.3f} nats; the largest cell gap "
+            f"is {worst:+.3f}.\n"
+        )
+    command = " ".join(["python recipes/pretrain/evaluate_by_smoothness.py", *args.models])
     text = (
         "## A pretrained model against the Bayes-optimal GP, by smoothness "
-        "(`python recipes/pretrain/evaluate_by_smoothness.py`, issue 28)\n\n"
-        f"Machine: {machine()}.  Model `{args.model or 'gp-sphere'}`, weights sha256 "
-        f"{digest}….\n\n"
-        f"{len(gap)} held-out tasks of the pretraining prior (exact GP samples on caps of "
-        "200–4000 km, 16–256 observations, noise 1–30 %; seeds no fit draws).  Each cell: "
+        f"(`{command}`, issue 28)\n\n"
+        f"Machine: {machine()}.\n\n"
+        f"{n_tasks} held-out tasks of the pretraining prior (exact GP samples on caps of "
+        "200–4000 km, 16–256 observations, noise 1–30 %; seeds no fit draws), the same for "
+        "every model.  Each cell: "
         "the mean NLL gap per target, the model's zero-shot NLL minus that of the exact GP "
         "with the task's true kernel, lengthscale and noise (the floor), ± its standard "
         "error, (tasks).  Issue 28 asks for at most 0.10 nats in every cell.\n\n"
-        f"{body}\n\n"
-        f"Over all tasks: model NLL {res['model'].mean():.3f}, floor {res['floor'].mean():.3f}, "
-        f"gap {gap.mean():+.3f} nats; the largest cell gap is {worst:+.3f}.\n"
+        + "\n".join(parts)
     )
     print(text)
     if not args.no_write:

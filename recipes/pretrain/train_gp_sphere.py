@@ -340,6 +340,18 @@ def main() -> None:
         "--init-from, their input channels start at zero, so training starts from that "
         "model's predictions",
     )
+    parser.add_argument(
+        "--default-trend",
+        choices=("linear", "none"),
+        default=DEFAULT_TREND,
+        help="the trend predict() removes by default for the saved model (its "
+        "training['trend']; chosen on validation data: see the docstring)",
+    )
+    parser.add_argument(
+        "--started-from",
+        default=None,
+        help="with --resume: the model the run was started from (for the report)",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/xnp/pretrain")
     parser.add_argument("--resume", action="store_true", help="continue from --work")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
@@ -453,7 +465,7 @@ def main() -> None:
                   "context_rms_km": CONTEXT_RMS_KM,
                   # the trend predict() removes by default (trend=None: the model's own);
                   # chosen on validation data (see the docstring), not fitted here
-                  "trend": DEFAULT_TREND},
+                  "trend": args.default_trend},
     )  # fmt: skip
     path = final.save(args.out)
     model_nll = validate(best[1])
@@ -465,8 +477,10 @@ def main() -> None:
         rows.append(f"| {lo:g}–{hi:g} | {sel.sum()} | {model_nll[sel].mean():.3f} "
                     f"| {floor[sel].mean():.3f} |")  # fmt: skip
     schedule_text = f"warm-up + cosine, peak {args.learning_rate:g}"
-    if args.init_from is not None:
-        schedule_text += f", starting from the weights of {args.init_from}"
+    if args.init_from is not None or args.started_from:
+        schedule_text += f", starting from the weights of {args.init_from or args.started_from}"
+    if args.gp_bank:
+        schedule_text += f", every token reading a bank of {len(GP_BANK)} exact GPs"
     if args.trend or args.step or args.cluster:
         schedule_text += (
             f", training fields with trend {args.trend:g} and step {args.step:g}, context "
@@ -477,9 +491,20 @@ def main() -> None:
             f", restarted at step {args.restart_at} with a second cycle peaking at "
             f"{args.restart_lr:g}"
         )
+    start_from = args.init_from or args.started_from
+    command = (f" --init-from {start_from}" if start_from else "") + "".join(
+        f" --{name.replace('_', '-')}" for name in ("gp_bank", "prior_key") if getattr(args, name)
+    )
+    command += f" --steps {args.steps} --learning-rate {args.learning_rate:g}" + "".join(
+        f" --{name} {getattr(args, name):g}"
+        for name in ("trend", "step", "cluster")
+        if getattr(args, name)
+    )
+    if args.default_trend != DEFAULT_TREND:
+        command += f" --default-trend {args.default_trend}"
     text = (
-        "## Pretrained zero-shot model `gp-sphere` (issue 8)\n\n"
-        "`python recipes/pretrain/train_gp_sphere.py`\n\n"
+        f"## Pretrained zero-shot model `{args.out.name}` (issues 8, 28)\n\n"
+        f"`python recipes/pretrain/train_gp_sphere.py{command}`\n\n"
         f"Machine: {machine()}.\n\n"
         f"BSA-TNP, 4 blocks × 64, great-circle bias, {final.num_params:,} parameters, "
         f"{args.steps} steps of batch {BATCH} ({schedule_text}; "
@@ -501,7 +526,7 @@ def main() -> None:
     )
     print(text)
     if not args.no_write:
-        write_section("pretrained_gp_sphere", text)
+        write_section("pretrained_" + args.out.name.replace("-", "_"), text)
 
 
 if __name__ == "__main__":
