@@ -183,9 +183,8 @@ class BSATNP(nnx.Module):
         gp, bank = None, None
         if self.config.gp_bank:
             gp, bank = condition_bank(
-                feats["s"], context.f[..., 0], context.mask, self.config.gp_bank,
-                self.config.gp_nugget,
-            )  # fmt: skip
+                feats["s"], context.f[..., 0], context.mask, self.config.gp_bank
+            )
         e = self._embed(context, observed=True, bank=bank)
         kv = []
         for i, block in enumerate(self.blocks):
@@ -209,7 +208,7 @@ class BSATNP(nnx.Module):
         feats = self._feats(targets)
         bank = None
         if self.config.gp_bank:
-            bank = predict_bank(state.gp, feats["s"], self.config.gp_bank, self.config.gp_nugget)
+            bank = predict_bank(state.gp, feats["s"], self.config.gp_bank)
         e = self._embed(targets, observed=False, bank=bank)
         for block, kv in zip(self.blocks, state.kv, strict=True):
             e = block(e, kv, feats, state.feats, state.mask)

@@ -165,17 +165,15 @@ class BSATNPConfig(ConfigIO):
         the share of attention on the observations then falls with their distance,
         so the prediction can revert to a prior far from them.  Gated from zero: a
         model given it (e.g. a fine-tune of a pretrained one) starts unchanged.
-    gp_bank : tuple of (kind, fraction)
+    gp_bank : tuple of (kind, fraction, nugget)
         A bank of exact GPs whose predictions every token reads as extra inputs
         (:mod:`xnp.nn.gp_bank`): each member a kernel (``"matern12"``,
         ``"matern32"``, ``"matern52"`` or ``"rbf"``) of the distance between the
-        bias features, its lengthscale ``fraction`` × the context's rms spread.
-        Targets read each member's posterior mean and log std, context points its
-        leave-one-out prediction.  Empty (the default): none.  Needs a spatial bias
-        and one output variable.
-    gp_nugget : float
-        Noise variance of every member of ``gp_bank`` (the standardised field's
-        prior variance is 1).
+        bias features, its lengthscale ``fraction`` × the context's rms spread, and
+        its noise variance ``nugget`` (the standardised field's prior variance is
+        1).  Targets read each member's posterior mean and log std, context points
+        its leave-one-out prediction.  Empty (the default): none.  Needs a spatial
+        bias and one output variable.
     q_chunk, k_chunk : int
         Tile sizes of Biased Scan Attention.
     dtype : {"float32", "bfloat16", "float16"}
@@ -210,8 +208,7 @@ class BSATNPConfig(ConfigIO):
     min_std: float = 1e-3
     attention: Literal["bsa", "dense"] = "bsa"
     prior_key: bool = False
-    gp_bank: tuple[tuple[str, float], ...] = ()
-    gp_nugget: float = 0.02
+    gp_bank: tuple[tuple[str, float, float], ...] = ()
     q_chunk: int = 512
     k_chunk: int = 512
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -256,22 +253,24 @@ class BSATNPConfig(ConfigIO):
     def _check_gp_bank(self) -> None:
         kinds = ("matern12", "matern32", "matern52", "rbf")
         bank = self.gp_bank
+
+        def positive(v: Any) -> bool:
+            return _is_real(v) and math.isfinite(v) and v > 0
+
         good = isinstance(bank, tuple | list) and all(
             isinstance(m, tuple | list)
-            and len(m) == 2
+            and len(m) == 3
             and m[0] in kinds
-            and _is_real(m[1])
-            and math.isfinite(m[1])
-            and m[1] > 0
+            and positive(m[1])
+            and positive(m[2])
             for m in bank
         )
         if not good:
             raise ConfigError(
-                "gp_bank must be a tuple of (kind, fraction) pairs, kind one of "
-                f"{kinds} and fraction a positive number; got {bank!r}."
+                "gp_bank must be a tuple of (kind, fraction, nugget) triples, kind one of "
+                f"{kinds}, fraction and nugget positive numbers; got {bank!r}."
             )
-        _set(self, "gp_bank", tuple((str(k), float(f)) for k, f in bank))
-        check_real(self, "gp_nugget", lambda v: v > 0, "a positive finite number")
+        _set(self, "gp_bank", tuple((str(k), float(f), float(g)) for k, f, g in bank))
         if bank and (self.spatial_bias == "none" or self.dim_y != 1):
             raise ConfigError(
                 "gp_bank needs a spatial bias (its distances) and one output variable "

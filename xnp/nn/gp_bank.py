@@ -4,9 +4,9 @@ Each member of the bank is a GP with a fixed correlation function (Matérn 1/2, 
 5/2 or RBF) of the Euclidean distance between the points' bias features (the chord
 for the great-circle bias), a lengthscale that is a fixed fraction of the context's
 own rms spread (so that, like the attention biases after the working-size rescaling,
-the features do not depend on the size of the region), unit prior variance and a
-nugget, all on the values as the model sees them (standardised).  Conditioned on the
-context, each member gives
+the features do not depend on the size of the region), unit prior variance and its
+own nugget (noise variance), all on the values as the model sees them
+(standardised).  Conditioned on the context, each member gives
 
 * at every **target** its posterior mean and the log of its predictive standard
   deviation (of a new observation: the nugget included);
@@ -126,7 +126,7 @@ def _correlations(d: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
     return jnp.stack(
         [
             correlation(d / lengthscale[:, k, None, None], kind)
-            for k, (kind, _) in enumerate(members)
+            for k, (kind, _, _) in enumerate(members)
         ],
         axis=1,
     )
@@ -136,8 +136,7 @@ def condition_bank(
     x: jax.Array,
     y: jax.Array,
     mask: jax.Array,
-    members: tuple[tuple[str, float], ...],
-    nugget: float,
+    members: tuple[tuple[str, float, float], ...],
 ) -> tuple[GPBankState, jax.Array]:
     """Condition every member on the contexts; return the state and the context features.
 
@@ -149,11 +148,10 @@ def condition_bank(
         Context values, standardised.
     mask : bool array ``[B, N]``
         Real points.
-    members : tuple of (kind, fraction)
-        Each member's kernel (one of :data:`KINDS`) and lengthscale as a fraction of
-        the context's rms spread.
-    nugget : float
-        Noise variance of every member (the prior variance of the field is 1).
+    members : tuple of (kind, fraction, nugget)
+        Each member's kernel (one of :data:`KINDS`), lengthscale as a fraction of
+        the context's rms spread, and noise variance (the field's prior variance
+        is 1).
 
     Returns
     -------
@@ -166,14 +164,15 @@ def condition_bank(
     --------
     >>> x = jnp.asarray([[[0.0, 0.0, 1.0], [0.0, 0.1, 0.995], [0.1, 0.0, 0.995]]])
     >>> y = jnp.asarray([[0.5, 0.4, -1.0]])
-    >>> state, feats = condition_bank(x, y, jnp.ones((1, 3), bool), (("matern52", 1.0),), 0.01)
+    >>> state, feats = condition_bank(x, y, jnp.ones((1, 3), bool), (("matern52", 1.0, 0.01),))
     >>> feats.shape
     (1, 3, 2)
     """
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
     y = jax.lax.stop_gradient(jnp.where(mask, y.astype(jnp.float32), 0.0))
     n = x.shape[1]
-    frac = jnp.asarray([f for _, f in members], jnp.float32)
+    frac = jnp.asarray([f for _, f, _ in members], jnp.float32)
+    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None, None]
     lengthscale = _spread(x, mask)[:, None] * frac[None, :]
     pair = (mask[:, :, None] & mask[:, None, :])[:, None]
     eye = jnp.eye(n, dtype=jnp.float32)[None, None]
@@ -192,18 +191,16 @@ def condition_bank(
 
 
 def predict_bank(
-    state: GPBankState, x: jax.Array, members: tuple[tuple[str, float], ...], nugget: float
+    state: GPBankState, x: jax.Array, members: tuple[tuple[str, float, float], ...]
 ) -> jax.Array:
     """Every member's posterior mean and log predictive std ``[B, M, 2 K]`` at targets ``x``.
 
     Examples
     --------
     >>> x = jnp.asarray([[[0.0, 0.0, 1.0], [0.0, 0.1, 0.995]]])
-    >>> members = (("matern12", 0.5), ("rbf", 2.0))
-    >>> state, _ = condition_bank(
-    ...     x, jnp.asarray([[1.0, -1.0]]), jnp.ones((1, 2), bool), members, 0.01
-    ... )
-    >>> [round(float(v), 2) for v in predict_bank(state, x[:, :1], members, 0.01)[0, 0, :2]]
+    >>> members = (("matern12", 0.5, 0.01), ("rbf", 2.0, 0.01))
+    >>> state, _ = condition_bank(x, jnp.asarray([[1.0, -1.0]]), jnp.ones((1, 2), bool), members)
+    >>> [round(float(v), 2) for v in predict_bank(state, x[:, :1], members)[0, 0, :2]]
     [0.99, 0.98]
     """
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
@@ -211,6 +208,7 @@ def predict_bank(
     corr = jnp.where(state.mask[:, None, None, :], corr, 0.0)  # [B, K, M, N]
     mean = jnp.einsum("bkmn,bkn->bkm", corr, state.alpha)
     reduction = jnp.einsum("bkmn,bknj,bkmj->bkm", corr, state.inverse, corr)
+    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None]
     var = jnp.maximum(1.0 + nugget - reduction, _MIN_VAR)
     return jnp.concatenate([mean, 0.5 * jnp.log(var)], axis=1).transpose(0, 2, 1)
 
@@ -219,8 +217,7 @@ def exact_features(
     xc: np.ndarray,
     yc: np.ndarray,
     xt: np.ndarray,
-    members: tuple[tuple[str, float], ...],
-    nugget: float,
+    members: tuple[tuple[str, float, float], ...],
 ) -> tuple[np.ndarray, np.ndarray]:
     """The reference (float64 numpy, one context, no padding): context and target features.
 
@@ -239,7 +236,7 @@ def exact_features(
         poly = {"matern12": 1.0, "matern32": 1.0 + a_r, "matern52": 1.0 + a_r + a_r**2 / 3}
         return poly[kind] * np.exp(-a_r)
 
-    def gp(xa, ya, xb, kind, ell):
+    def gp(xa, ya, xb, kind, ell, nugget):
         k = corr(xa, xa, kind, ell) + nugget * np.eye(len(xa))
         kb = corr(xb, xa, kind, ell)
         mean = kb @ np.linalg.solve(k, ya)
@@ -247,10 +244,10 @@ def exact_features(
         return mean, 0.5 * np.log(np.maximum(var, _MIN_VAR))
 
     ctx, tgt = [], []
-    for kind, frac in members:
+    for kind, frac, nugget in members:
         ell = spread * frac
-        tgt.append(gp(xc, yc, xt, kind, ell))
-        loo = [gp(np.delete(xc, i, 0), np.delete(yc, i), xc[i : i + 1], kind, ell)
+        tgt.append(gp(xc, yc, xt, kind, ell, nugget))
+        loo = [gp(np.delete(xc, i, 0), np.delete(yc, i), xc[i : i + 1], kind, ell, nugget)
                for i in range(len(xc))]  # fmt: skip
         ctx.append((np.array([m[0] for m, _ in loo]), np.array([s[0] for _, s in loo])))
     stack = lambda parts: np.stack([p[0] for p in parts] + [p[1] for p in parts], -1)  # noqa: E731
