@@ -31,19 +31,28 @@ def frame_prediction(model, frame):
                        calibrate=False)  # fmt: skip
 
 
-@pytest.mark.parametrize("covariates", [[], pytest.param(["hour_of_day"], marks=pytest.mark.slow)])
-def test_at_step_zero_it_predicts_what_the_pretrained_model_predicts(field, covariates):
-    tuned = field.np.fit("field", model="gp-sphere", covariates=covariates, **FROZEN)
+@pytest.mark.parametrize(
+    ("name", "covariates"),
+    [
+        ("gp-sphere", []),
+        pytest.param("gp-sphere", ["hour_of_day"], marks=pytest.mark.slow),
+        # the covariates' zero channels go before the GP bank's inputs
+        ("gp-sphere-bank", ["hour_of_day"]),
+    ],
+)
+def test_at_step_zero_it_predicts_what_the_pretrained_model_predicts(field, name, covariates):
+    tuned = field.np.fit("field", model=name, covariates=covariates, **FROZEN)
     assert tuned.normalise == "context"
-    assert tuned.training["fine_tuned_from"]["from"] == "gp-sphere"
+    assert tuned.training["fine_tuned_from"]["from"] == name
     # new channels (hour of day: its sine and cosine), whose weights start at zero
     assert tuned.config.dim_x == 2 * len(covariates)
+    assert tuned.config.gp_bank == xnp.pretrained(name).config.gp_bank
     frame = field.isel(time=1)  # the full network: the scale fine-tuning fixed
-    a = frame_prediction(xnp.pretrained("gp-sphere"), frame)
+    a = frame_prediction(xnp.pretrained(name), frame)
     b = frame_prediction(tuned, frame)
     np.testing.assert_allclose(b.field_mean, a.field_mean, atol=1e-5)
     np.testing.assert_allclose(b.field_std, a.field_std, atol=1e-5)
-    assert "fine-tuned from gp-sphere" in repr(tuned)
+    assert f"fine-tuned from {name}" in repr(tuned)
 
 
 def test_fine_tuning_defaults_and_a_model_object(field):

@@ -340,6 +340,11 @@ def fit(
         cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
     if isinstance(model, str) and isinstance(cfg, SwinTNPConfig):
         cfg = swin_grid_for(cfg, *latlon(data, layout))
+    if getattr(cfg, "gp_bank", ()) and config.devices is None and _cpu_devices() > 1:
+        # the GP bank's linear algebra (LAPACK calls) stalls XLA's all-reduce between
+        # CPU devices that share one thread pool: a batch is not worth splitting there
+        log.info("a model with a GP bank trains on one of the %d CPU devices", _cpu_devices())
+        config = dataclasses.replace(config, devices=1)
     graphdef, params = nnx.split(build_model(cfg, rngs=nnx.Rngs(seed)))
     if start is not None:  # the pretrained weights (with zero covariate channels)
         params = jax.tree.map(lambda _, p: jax.numpy.asarray(p), params, start.params)
@@ -446,3 +451,8 @@ def fit(
             stacklevel=2,
         )
     return result
+
+
+def _cpu_devices() -> int:
+    """How many devices JAX has, when they are CPU devices (else 0)."""
+    return len(jax.devices()) if jax.default_backend() == "cpu" else 0
