@@ -104,11 +104,11 @@ def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
     assert "time" in pred.coords  # the held-out time the context was taken from
     with open(paths["plot"], "rb") as fh:
         assert fh.read(8) == PNG
-    assert "xnp: fine-tuning the pretrained 'gp-sphere' model for 2 steps" in err
+    assert "xnp: fine-tuning the pretrained 'gp-sphere-bank' model for 2 steps" in err
     assert "held-out field: RMSE" in err
-    assert "the pretrained gp-sphere model zero-shot: RMSE" in err
+    assert "the pretrained gp-sphere-bank model zero-shot: RMSE" in err
     assert "fine-tuning changed the held-out RMSE by" in err
-    assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == "gp-sphere"
+    assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == "gp-sphere-bank"
 
 
 @pytest.mark.slow
