@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from xnp.arrays import Points
 from xnp.errors import ConfigError
 from xnp.geo.distance import EARTH_RADIUS_KM, latlon_to_xyz
+from xnp.nn.gp_bank import KINDS
 
 __all__ = [
     "GPTasks",
@@ -174,7 +175,7 @@ def gp_oracle(
     return jax.vmap(one)(context.s, context.f[..., 0], context.mask, targets.s, lengthscale)
 
 
-_KERNELS = ("matern12", "matern32", "matern52", "rbf")
+_KERNELS = KINDS
 
 
 def matern_kernel(a: jax.Array, b: jax.Array, lengthscale: jax.Array, nu: str) -> jax.Array:

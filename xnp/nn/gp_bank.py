@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xnp.errors import ConfigError
+
 __all__ = [
     "KINDS",
     "GPBankState",
@@ -77,7 +79,7 @@ def correlation(r: jax.Array, kind: str) -> jax.Array:
     if kind == "matern52":
         a = math.sqrt(5.0) * r
         return (1.0 + a + a * a / 3.0) * jnp.exp(-a)
-    raise ValueError(f"unknown kernel {kind!r}; use one of {KINDS}.")
+    raise ConfigError(f"unknown kernel {kind!r}; use one of {KINDS}.")
 
 
 @jax.tree_util.register_dataclass
