@@ -499,8 +499,9 @@ def main() -> None:
         rows.append(f"| {lo:g}–{hi:g} | {sel.sum()} | {model_nll[sel].mean():.3f} "
                     f"| {floor[sel].mean():.3f} |")  # fmt: skip
     schedule_text = f"warm-up + cosine, peak {args.learning_rate:g}"
-    if args.init_from is not None or args.started_from:
-        schedule_text += f", starting from the weights of {args.init_from or args.started_from}"
+    start_from = args.init_from or args.started_from
+    if start_from:
+        schedule_text += f", starting from the weights of {start_from}"
     if args.gp_bank:
         schedule_text += f", every token reading a bank of {len(GP_BANK)} exact GPs"
     if args.trend or args.step or args.cluster:
@@ -513,7 +514,6 @@ def main() -> None:
             f", restarted at step {args.restart_at} with a second cycle peaking at "
             f"{args.restart_lr:g}"
         )
-    start_from = args.init_from or args.started_from
     command = (f" --init-from {start_from}" if start_from else "") + "".join(
         f" --{name.replace('_', '-')}" for name in ("gp_bank", "prior_key") if getattr(args, name)
     )
