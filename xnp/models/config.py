@@ -10,7 +10,6 @@ from typing import Any, Literal, Self
 import numpy as np
 
 from xnp.errors import ConfigError
-from xnp.nn.gp_bank import KINDS as GP_KINDS
 
 __all__ = ["BSATNPConfig", "ConfigIO"]
 
@@ -252,7 +251,7 @@ class BSATNPConfig(ConfigIO):
         self._check_gp_bank()
 
     def _check_gp_bank(self) -> None:
-        kinds = GP_KINDS
+        kinds = ("matern12", "matern32", "matern52", "rbf")  # xnp.nn.gp_bank.KINDS, without jax
         bank = self.gp_bank
 
         def positive(v: Any) -> bool:
