@@ -11,7 +11,7 @@ from xnp.errors import ConfigError
 from xnp.geo.distance import latlon_to_xyz
 from xnp.models.bsa_tnp import BSATNP, with_zero_inputs
 from xnp.models.config import BSATNPConfig
-from xnp.nn.gp_bank import condition_bank, exact_features, predict_bank
+from xnp.nn.gp_bank import KINDS, condition_bank, exact_features, predict_bank
 
 MEMBERS = (("matern12", 0.1, 0.02), ("matern32", 0.35, 0.1), ("matern52", 1.2, 0.003),
            ("rbf", 0.5, 0.01))  # fmt: skip
@@ -95,6 +95,8 @@ def test_the_bank_is_configured_checked_and_saved():
     assert cfg.gp_bank == (("rbf", 1.0, 0.01),)
     assert BSATNPConfig.from_dict(cfg.to_dict()) == cfg
     assert tiny().gp_bank == ()
+    # the config's own list of kernels (kept free of jax) is the bank's
+    assert tuple(tiny([[kind, 1.0, 0.01]]).gp_bank[0][0] for kind in KINDS) == KINDS
     with pytest.raises(ConfigError, match="gp_bank must be"):
         tiny((("gaussian", 1.0, 0.01),))
     with pytest.raises(ConfigError, match="gp_bank must be"):
