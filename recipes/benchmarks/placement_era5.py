@@ -1,7 +1,7 @@
 """Sensor placement on ERA5 UK: greedy by the model's std against random and space-filling.
 
     python recipes/benchmarks/placement_era5.py [--sites 20] [--frames 6] [--no-write] [--quick]
-        [--validation] [--past-days 1]
+        [--validation] [--past-days 1] [--model gp-sphere] [--chosen]
 
 The zero-shot ``gp-sphere`` conditions on ERA5 UK 2 m temperature at the 218 HadISD
 station cells; the candidates are the other 1,399 cells and the region the whole
@@ -29,6 +29,16 @@ days 17–18 instead (where settings are chosen); ``--past-days`` sets how many 
 before the scored ones the design for many maps is chosen over (1, chosen there: two
 days did worse).  Also: seconds per greedy step.
 Writes the ``placement_era5`` section of docs/benchmarks.md and a figure.
+
+``--model NAME`` places with another shipped zero-shot model, and ``--chosen`` makes
+only the designs the study above kept (lazy greedy by the mean std on the design's
+frame and over the day before it) beside space-filling and random; with a model
+other than ``gp-sphere`` the section is ``placement_era5_NAME``.  The rule for
+``--model gp-sphere-bank --chosen`` (written 2026-12-02, before its run): the design
+methods, the acquisition and the day before were chosen on the validation days with
+``gp-sphere`` and are not chosen again; greedy "beats" a baseline where the design over
+the day before has the lower oracle RMSE, by the model's own map, at 5, 10 and 20 sites
+on the 12 test frames.
 """
 
 from __future__ import annotations
@@ -93,14 +103,14 @@ def station_frames(era5, cells: np.ndarray, indices: np.ndarray):
     return frames.assign(t2m=frames.t2m.where(mask))
 
 
-def setup():
+def setup(model_name: str = "gp-sphere"):
     """ERA5, the zero-shot model, the station cells, the other cells and every cell's lat/lon."""
     era5 = stations.open_era5()
     cells = stations.station_cells(era5)
     n = era5.sizes["latitude"] * era5.sizes["longitude"]
     lat2d, lon2d = np.meshgrid(era5.latitude.values, era5.longitude.values, indexing="ij")
     s = np.stack([lat2d.ravel(), lon2d.ravel()], -1)
-    return era5, xnp.pretrained("gp-sphere"), cells, np.setdiff1d(np.arange(n), cells), s
+    return era5, xnp.pretrained(model_name), cells, np.setdiff1d(np.arange(n), cells), s
 
 
 def sites_of(result, s: np.ndarray) -> list[int]:
@@ -145,57 +155,59 @@ def main() -> None:
     parser.add_argument(
         "--past-days", type=int, default=1, help="days the design for many maps is chosen over (1)"
     )
+    parser.add_argument("--model", default="gp-sphere", help="the zero-shot model (gp-sphere)")
+    parser.add_argument(
+        "--chosen", action="store_true", help="only the designs the gp-sphere study kept"
+    )
     args = parser.parse_args()
     if args.past_days < 1:
         parser.error("--past-days must be at least 1")
     n_sites, n_frames = (3, 2) if args.quick else (args.sites, args.frames)
     counts = [c for c in (5, 10, 20) if c <= n_sites] or [n_sites]
     warnings.simplefilter("ignore")
-    era5, model, cells, candidates, s = setup()
+    era5, model, cells, candidates, s = setup(args.model)
     n = s.shape[0]
     first, last = (16 * 24, 18 * 24) if args.validation else (18 * 24, 21 * 24)
     frames = np.arange(first, last, 6)[:n_frames]
     frame, context, allowed = station_task(era5, cells, first)
     grid = frame.drop_vars("t2m")
-    t0 = time.perf_counter()
-    greedy = place_sensors(model, context, allowed, grid, n_sites, progress=not args.quick)
-    per_step = (time.perf_counter() - t0) / n_sites
-    print(f"greedy: {per_step:.1f} s per step over {int(allowed.sum())} candidates", flush=True)
-    t0 = time.perf_counter()
-    lazy = place_sensors(model, context, allowed, grid, n_sites, lazy=True,
-                         progress=not args.quick)  # fmt: skip
-    lazy_step = (time.perf_counter() - t0) / n_sites
-    tried = lazy.tried.values
-    print(f"lazy greedy: {lazy_step:.1f} s per step, tried {tried.tolist()}", flush=True)
+    progress = not args.quick
+    before = "the day before" if args.past_days == 1 else f"the {args.past_days} days before"
 
     def cells_of(result):
         return sites_of(result, s)
 
-    t0 = time.perf_counter()
-    by_variance = place_sensors(model, context, allowed, grid, n_sites, lazy=True,
-                                acquisition="mean_variance", progress=not args.quick)  # fmt: skip
-    variance_step = (time.perf_counter() - t0) / n_sites
-    by_map = place_sensors(model, context, allowed, grid, n_sites, lazy=True, trend=None,
-                           progress=not args.quick)  # fmt: skip
+    def timed(data, **kw):
+        t0 = time.perf_counter()
+        result = place_sensors(model, data, allowed, grid, n_sites, progress=progress, **kw)
+        return result, (time.perf_counter() - t0) / n_sites
+
+    designs, seconds = {}, {}
+    if not args.chosen:
+        greedy, seconds["greedy"] = timed(context)
+        print(f"greedy: {seconds['greedy']:.1f} s per step over {int(allowed.sum())} "
+              "candidates", flush=True)  # fmt: skip
+        designs["greedy (model std)"] = [cells_of(greedy)]
+    lazy, seconds["lazy"] = timed(context, lazy=True)
+    tried = lazy.tried.values
+    print(f"lazy greedy: {seconds['lazy']:.1f} s per step, tried {tried.tolist()}", flush=True)
+    designs["lazy greedy (model std)"] = [cells_of(lazy)]
+    if not args.chosen:
+        by_variance, seconds["variance"] = timed(context, lazy=True,
+                                                 acquisition="mean_variance")  # fmt: skip
+        by_map, _ = timed(context, lazy=True, trend=None)
+        designs["lazy greedy (model variance)"] = [cells_of(by_variance)]
+        designs["lazy greedy (map std, with the model's trend)"] = [cells_of(by_map)]
     # the design for many maps: the six-hourly frames of the day(s) before the scored
     # days, the stations' values at each (the past a user has when choosing sites)
     past = station_frames(era5, cells, np.arange(first - 24 * args.past_days, first, 6))
-    t0 = time.perf_counter()
-    by_past = place_sensors(model, past, allowed, grid, n_sites, lazy=True,
-                            progress=not args.quick)  # fmt: skip
-    past_step = (time.perf_counter() - t0) / n_sites
-    before = "the day before" if args.past_days == 1 else f"the {args.past_days} days before"
-    greedy_cells, lazy_cells = cells_of(greedy), cells_of(lazy)
-    agree = next((i for i, (a, b) in enumerate(zip(greedy_cells, lazy_cells, strict=True))
-                  if a != b), n_sites)  # fmt: skip
-    designs = {"greedy (model std)": [greedy_cells],
-               "lazy greedy (model std)": [lazy_cells],
-               "lazy greedy (model variance)": [cells_of(by_variance)],
-               "lazy greedy (map std, with the model's trend)": [cells_of(by_map)],
-               f"lazy greedy (model std), over {before}": [cells_of(by_past)],
-               "space-filling (maximin distance)": [space_filling(cells, candidates, s, n_sites)],
-               "random (mean of 5 draws)": [list(np.random.default_rng(k).choice(
-                   candidates, n_sites, replace=False)) for k in range(5)]}  # fmt: skip
+    by_past, seconds["past"] = timed(past, lazy=True)
+    print(f"over {before}: {seconds['past']:.1f} s per step", flush=True)
+    designs[f"lazy greedy (model std), over {before}"] = [cells_of(by_past)]
+    designs["space-filling (maximin distance)"] = [space_filling(cells, candidates, s, n_sites)]
+    designs["random (mean of 5 draws)"] = [
+        list(np.random.default_rng(k).choice(candidates, n_sites, replace=False)) for k in range(5)
+    ]
     base, tables, best = {}, {}, {}
     for trend in MAPS:
         base[trend] = np.mean([oracle_rmse(model, era5, int(f), cells, trend) for f in frames])
@@ -211,28 +223,54 @@ def main() -> None:
         )  # fmt: skip
         best[trend] = min(rows, key=lambda k, rows=rows: rows[k][-1])
     write = not (args.no_write or args.quick or args.validation)
+    section = "placement_era5" if args.model == "gp-sphere" else f"placement_era5_{args.model}"
+    image = IMAGE if section == "placement_era5" else IMAGE.with_name(f"{section}.png")
     if write:
-        plot_placement(greedy, coastlines=False).savefig(IMAGE, dpi=110, bbox_inches="tight")
-    text = (
+        figure = plot_placement(lazy if args.chosen else greedy, coastlines=False)
+        figure.savefig(image, dpi=110, bbox_inches="tight")
+    agree = 0
+    if not args.chosen:
+        greedy_cells, lazy_cells = (
+            designs["greedy (model std)"][0],
+            designs["lazy greedy (model std)"][0],
+        )
+        agree = next((i for i, (a, b) in enumerate(zip(greedy_cells, lazy_cells, strict=True))
+                      if a != b), n_sites)  # fmt: skip
+    if args.chosen or args.model != "gp-sphere":
+        text = chosen_text(args, section, image, candidates.size, n, len(frames), seconds,
+                           tried, base, tables, best, counts)  # fmt: skip
+    else:
+        text = study_text(candidates.size, n, len(frames), seconds, tried, agree, base,
+                          tables, best, counts)  # fmt: skip
+    print(text)
+    if write:
+        write_section(section, text)
+
+
+def study_text(n_candidates: int, n: int, n_frames: int, seconds: dict, tried: np.ndarray,
+               agree: int, base: dict, tables: dict, best: dict,
+               counts: list[int]) -> str:  # fmt: skip
+    """The section of the full ``gp-sphere`` study (every design)."""
+    return (
         f"## Sensor placement on ERA5 UK (`{COMMAND}`, issue 30)\n\n"
         f"Machine: {machine()}.\n\n"
         "The zero-shot `gp-sphere` with the 218 HadISD station cells as context; candidates: "
-        f"the other {candidates.size:,} cells; region: the whole grid ({n:,} cells). The "
+        f"the other {n_candidates:,} cells; region: the whole grid ({n:,} cells). The "
         "greedy design is chosen on day 19 00:00 by the mean predictive std over the "
-        f"region ({per_step:.1f} s per greedy step over {candidates.size:,} candidates, "
+        f"region ({seconds['greedy']:.1f} s per greedy step over {n_candidates:,} candidates, "
         "batches of 64); the lazy greedy design (`lazy=True`: after the first step, "
         "candidates are retried in order of their last improvement until none can beat "
-        f"the best) took {lazy_step:.1f} s per step on average, retrying "
+        f"the best) took {seconds['lazy']:.1f} s per step on average, retrying "
         f"{int(tried[1:].mean()) if tried.size > 1 else 0} candidates per step after the "
         f"first, and chose the same sites as the exhaustive greedy for the first {agree} "
         "steps. The lazy greedy design by the mean predictive *variance* over the region "
-        f"(`acquisition='mean_variance'`, {variance_step:.1f} s per step) weighs the "
+        f"(`acquisition='mean_variance'`, {seconds['variance']:.1f} s per step) weighs the "
         "least-known cells more; it was added after a comparison on the validation days "
         "(design chosen on day 17 00:00, scored on the 8 frames of days 17–18; oracle RMSE "
         "at 5/10/20 sites: mean std 0.655/0.566/0.477, mean variance 0.644/0.541/0.475, "
         "space-filling 0.679/0.576/0.470, scored by the plain network's map). Each design "
         "is scored by the oracle RMSE of the map (K): the stations and the design's first "
-        f"sites with their true values, over {len(frames)} test frames (days 19–21), "
+        f"sites with their true values, over {n_frames} test frames (days 19–21), "
         "mapped in two ways: (a) as `xnp.predict` maps by default, with the model's own "
         "trend (`trend='linear'` for `gp-sphere`: the context's plane by generalised least "
         "squares, then the network on the residuals); (b) by the plain network "
@@ -253,7 +291,7 @@ def main() -> None:
         "(each time's context read and normalised on its own; a chosen site joins each "
         "with that time's value). The row *over the day before* is the lazy greedy "
         "design by the mean std over the 4 six-hourly frames of day 18 (the day before "
-        f"the scored days; {past_step:.1f} s per step for the 4 frames). It was chosen on "
+        f"the scored days; {seconds['past']:.1f} s per step for the 4 frames). It was chosen on "
         "the validation days (design over the 4 frames of day 16, scored on days 17–18, "
         "by the model's own map): 0.498/0.460/0.439 K at 5/10/20 sites, against "
         "0.499/0.465/0.440 for the design on day 17 00:00 alone and 0.505/0.496/0.458 "
@@ -269,9 +307,39 @@ def main() -> None:
         + f"\n\nLowest at {counts[-1]} sites: {best['none']}.\n\n"
         + f"![Greedy placement: the first step's acquisition map](images/{IMAGE.name})\n"
     )
-    print(text)
-    if write:
-        write_section("placement_era5", text)
+
+
+def chosen_text(args, section: str, image: Path, n_candidates: int, n: int, n_frames: int,
+                seconds: dict, tried: np.ndarray, base: dict, tables: dict, best: dict,
+                counts: list[int]) -> str:  # fmt: skip
+    """The section of a ``--chosen`` run (or another model): the kept designs only."""
+    days = "17–18" if args.validation else "19–21"
+    command = f"{COMMAND} --model {args.model}" + (" --chosen" if args.chosen else "")
+    return (
+        f"## Sensor placement on ERA5 UK with `{args.model}` (`{command}`, issue 30)\n\n"
+        f"Machine: {machine()}.\n\n"
+        f"The task of the `placement_era5` section with the zero-shot `{args.model}` (the "
+        "218 HadISD station cells as context; candidates: the other "
+        f"{n_candidates:,} cells; region: the whole grid, {n:,} cells), and only the "
+        "designs that study kept, chosen there on the validation days with `gp-sphere` "
+        "and not chosen again here: lazy greedy by the mean predictive std over the "
+        f"region on the first scored frame ({seconds['lazy']:.1f} s per step, "
+        f"{int(tried[1:].mean()) if tried.size > 1 else 0} candidates retried per step "
+        "after the first), and over the 4 six-hourly frames of the day before the scored "
+        f"days ({seconds['past']:.1f} s per step), beside the space-filling design "
+        "(greedy maximin distance) and random sites. Each design is scored by the oracle "
+        "RMSE of the map (K): the stations and the design's first sites with their true "
+        f"values, over the {n_frames} six-hourly frames of days {days}, mapped (a) as "
+        "`xnp.predict` maps by default (the model's own trend) and (b) by the plain "
+        "network (`trend='none'`).\n\n"
+        f"**(a) The model's own map** (stations alone: {base[None]:.3f} K):\n\n"
+        + tables[None]
+        + f"\n\nLowest at {counts[-1]} sites: {best[None]}.\n\n"
+        f"**(b) The plain network's map** (stations alone: {base['none']:.3f} K):\n\n"
+        + tables["none"]
+        + f"\n\nLowest at {counts[-1]} sites: {best['none']}.\n\n"
+        + f"![Lazy greedy placement: the first step's acquisition map](images/{image.name})\n"
+    )
 
 
 if __name__ == "__main__":
