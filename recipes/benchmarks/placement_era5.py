@@ -33,12 +33,18 @@ Writes the ``placement_era5`` section of docs/benchmarks.md and a figure.
 ``--model NAME`` places with another shipped zero-shot model, and ``--chosen`` makes
 only the designs the study above kept (lazy greedy by the mean std on the design's
 frame and over the day before it) beside space-filling and random; with a model
-other than ``gp-sphere`` the section is ``placement_era5_NAME``.  The rule for
+other than ``gp-sphere`` or ``--chosen`` the section is
+``placement_era5_NAME[_chosen]``.  The rule for
 ``--model gp-sphere-bank --chosen`` (written 2026-12-02, before its run): the design
 methods, the acquisition and the day before were chosen on the validation days with
 ``gp-sphere`` and are not chosen again; greedy "beats" a baseline where the design over
 the day before has the lower oracle RMSE, by the model's own map, at 5, 10 and 20 sites
-on the 12 test frames.
+on the 12 test frames.  Not run to the end: its quick run (``--quick``, 3 sites, 2
+frames, 2026-12-02, AMD EPYC 2 cores) took 82 s per lazy greedy step and 343 s per
+step over the day before (``gp-sphere``: 8 and 33 s), since every candidate batch
+refactors the GP bank's 18 covariance matrices of the context with the candidate in
+it; 20 sites over the day before would take about 2 hours.  A rank-one update of the
+bank's Cholesky factors per candidate is what would make it affordable.
 """
 
 from __future__ import annotations
@@ -223,7 +229,9 @@ def main() -> None:
         )  # fmt: skip
         best[trend] = min(rows, key=lambda k, rows=rows: rows[k][-1])
     write = not (args.no_write or args.quick or args.validation)
-    section = "placement_era5" if args.model == "gp-sphere" else f"placement_era5_{args.model}"
+    section = "placement_era5"
+    if args.chosen or args.model != "gp-sphere":  # the full study's section stays its own
+        section += f"_{args.model}" + ("_chosen" if args.chosen else "")
     image = IMAGE if section == "placement_era5" else IMAGE.with_name(f"{section}.png")
     if write:
         figure = plot_placement(lazy if args.chosen else greedy, coastlines=False)
