@@ -255,6 +255,18 @@ def main() -> None:
         write_section(section, text)
 
 
+def both_maps(base: dict, tables: dict, best: dict, counts: list[int]) -> str:
+    """The two tables of oracle RMSEs, by the model's own map and by the plain network's."""
+    return (
+        f"**(a) The model's own map** (stations alone: {base[None]:.3f} K):\n\n"
+        + tables[None]
+        + f"\n\nLowest at {counts[-1]} sites: {best[None]}.\n\n"
+        f"**(b) The plain network's map** (stations alone: {base['none']:.3f} K):\n\n"
+        + tables["none"]
+        + f"\n\nLowest at {counts[-1]} sites: {best['none']}.\n\n"
+    )
+
+
 def study_text(n_candidates: int, n: int, n_frames: int, seconds: dict, tried: np.ndarray,
                agree: int, base: dict, tables: dict, best: dict,
                counts: list[int]) -> str:  # fmt: skip
@@ -307,12 +319,7 @@ def study_text(n_candidates: int, n: int, n_frames: int, seconds: dict, tried: n
         "0.498/0.477/0.460, so the std was kept; over the 8 frames of days 15–16 "
         f"(`{COMMAND} --validation --past-days 2`) 0.498/0.468/0.457, so one day was "
         "kept.\n\n"
-        f"**(a) The model's own map** (stations alone: {base[None]:.3f} K):\n\n"
-        + tables[None]
-        + f"\n\nLowest at {counts[-1]} sites: {best[None]}.\n\n"
-        f"**(b) The plain network's map** (stations alone: {base['none']:.3f} K):\n\n"
-        + tables["none"]
-        + f"\n\nLowest at {counts[-1]} sites: {best['none']}.\n\n"
+        + both_maps(base, tables, best, counts)
         + f"![Greedy placement: the first step's acquisition map](images/{IMAGE.name})\n"
     )
 
@@ -340,12 +347,7 @@ def chosen_text(args, section: str, image: Path, n_candidates: int, n: int, n_fr
         f"values, over the {n_frames} six-hourly frames of days {days}, mapped (a) as "
         "`xnp.predict` maps by default (the model's own trend) and (b) by the plain "
         "network (`trend='none'`).\n\n"
-        f"**(a) The model's own map** (stations alone: {base[None]:.3f} K):\n\n"
-        + tables[None]
-        + f"\n\nLowest at {counts[-1]} sites: {best[None]}.\n\n"
-        f"**(b) The plain network's map** (stations alone: {base['none']:.3f} K):\n\n"
-        + tables["none"]
-        + f"\n\nLowest at {counts[-1]} sites: {best['none']}.\n\n"
+        + both_maps(base, tables, best, counts)
         + f"![Lazy greedy placement: the first step's acquisition map](images/{image.name})\n"
     )
 
