@@ -19,8 +19,8 @@ validation NLL against training minutes for the fine-tuned and from-scratch fits
     python recipes/benchmarks/finetune_era5.py [--start gp-sphere-bank] [--budget 5]
         [--no-write] [--quick]
 
-About 4 × budget + 15 minutes on a 2-core CPU.  Writes the ``finetune_era5`` section
-of docs/benchmarks.md and docs/images/finetune_era5_curves.png.
+About 4 × budget + 5 minutes on a 2-core CPU (23 min from ``gp-sphere-bank``).  Writes
+the ``finetune_era5`` section of docs/benchmarks.md and docs/images/finetune_era5_curves.png.
 
 The rule of the run from ``gp-sphere-bank`` (written 2026-12-02, before its fits): the
 protocol of the ``gp-sphere`` run unchanged (budget 5 min, peak learning rates 1e-4

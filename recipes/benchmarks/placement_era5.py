@@ -198,7 +198,11 @@ def main() -> None:
     tried = lazy.tried.values
     print(f"lazy greedy: {seconds['lazy']:.1f} s per step, tried {tried.tolist()}", flush=True)
     designs["lazy greedy (model std)"] = [cells_of(lazy)]
+    agree = 0  # the steps on which the lazy greedy design chose the exhaustive one's sites
     if not args.chosen:
+        pairs = zip(designs["greedy (model std)"][0], designs["lazy greedy (model std)"][0],
+                    strict=True)  # fmt: skip
+        agree = next((i for i, (a, b) in enumerate(pairs) if a != b), n_sites)
         by_variance, seconds["variance"] = timed(context, lazy=True,
                                                  acquisition="mean_variance")  # fmt: skip
         by_map, _ = timed(context, lazy=True, trend=None)
@@ -236,14 +240,6 @@ def main() -> None:
     if write:
         figure = plot_placement(lazy if args.chosen else greedy, coastlines=False)
         figure.savefig(image, dpi=110, bbox_inches="tight")
-    agree = 0
-    if not args.chosen:
-        greedy_cells, lazy_cells = (
-            designs["greedy (model std)"][0],
-            designs["lazy greedy (model std)"][0],
-        )
-        agree = next((i for i, (a, b) in enumerate(zip(greedy_cells, lazy_cells, strict=True))
-                      if a != b), n_sites)  # fmt: skip
     if args.chosen or args.model != "gp-sphere":
         text = chosen_text(args, section, image, candidates.size, n, len(frames), seconds,
                            tried, base, tables, best, counts)  # fmt: skip
