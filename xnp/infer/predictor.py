@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 from scipy.spatial import cKDTree
@@ -121,6 +122,7 @@ class Predictor:
             raise ConfigError(f"chunk_size must be positive; got {chunk_size}.")
         self.progress = progress
         self._condition, self._predict, self._fused = compiled(graphdef)
+        self._graphdef, self._condition_added = graphdef, None
         self.regional_points = int(regional_points)
         #: What the last regional prediction did (chunks, calls, shapes, sizes, plan time).
         self.regional_stats: dict[str, Any] = {}
@@ -135,6 +137,35 @@ class Predictor:
         return self._condition(
             self.params, host_chunk(fields, 0, context.size, bucket(context.size))
         )
+
+    def condition_added(self, base: Points, added: Points) -> Any:
+        """Condition on ``base`` (one context) plus each point of ``added`` ``[B, 1]``.
+
+        The state of the ``B`` contexts ``base ∪ added[b]``, as :meth:`condition` of
+        each.  A model with a GP bank grows its bank by a block update
+        (:meth:`xnp.models.bsa_tnp.BSATNP.condition_added`: ``O(K N²)`` per added
+        point instead of a refactorisation, and the base's terms at targets shared
+        by the batch); any other model conditions on the unions, built on the host.
+        """
+        fields, new = host_fields(base), host_fields(added)
+        if not bool(np.all(new["mask"])) or new["mask"].shape[1] != 1:
+            raise ShapeError("condition_added adds one real point per batch entry ([B, 1]).")
+        check_finite(new, "context", ("s", "t", "x", "f"))
+        if not getattr(self.config, "gp_bank", ()):
+            b = new["mask"].shape[0]
+            union = {k: np.concatenate([np.repeat(fields[k], b, 0), new[k]], axis=1)
+                     for k in fields}  # fmt: skip
+            return self.condition(Points(**union))
+        if not bool(np.any(fields["mask"])):
+            raise EmptyDataError("the context holds no valid point; nothing to condition on.")
+        check_finite(fields, "context", ("s", "t", "x", "f"))
+        if self._condition_added is None:
+            graphdef = self._graphdef
+            self._condition_added = jax.jit(
+                lambda p, b, a: nnx.merge(graphdef, p).condition_added(b, a)
+            )
+        padded = host_chunk(fields, 0, base.size, bucket(base.size))
+        return self._condition_added(self.params, padded, Points(**new))
 
     def _padded_size(self, n: int) -> int:
         """Points per chunk for ``n`` targets, padded to a bucket size.

@@ -39,6 +39,7 @@ from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
 from xnp.nn.bias import SpaceTimeBias
 from xnp.nn.gp_bank import GPBankState, condition_bank, predict_bank
+from xnp.nn.gp_bank_added import GPBankAdded, add_point, predict_added
 from xnp.nn.layers import MLP, MultiHeadAttention, count_params
 
 __all__ = ["BSATNP", "ContextState", "KRBlock", "with_zero_inputs"]
@@ -57,14 +58,14 @@ class ContextState:
         Bias features of the context points (``"s"``, ``"t"``).
     mask : bool array ``[B, Nc]``
         Which context points are real.
-    gp : GPBankState or None
+    gp : GPBankState, GPBankAdded or None
         The conditioned GP bank (``BSATNPConfig.gp_bank``), or None without one.
     """
 
     kv: list[tuple[jax.Array, jax.Array]]
     feats: dict[str, jax.Array]
     mask: jax.Array
-    gp: GPBankState | None = None
+    gp: GPBankState | GPBankAdded | None = None
 
 
 class KRBlock(nnx.Module):
@@ -185,6 +186,45 @@ class BSATNP(nnx.Module):
             gp, bank = condition_bank(
                 feats["s"], context.f[..., 0], context.mask, self.config.gp_bank
             )
+        return self._encode(context, feats, gp, bank)
+
+    def condition_added(self, base: Points, added: Points) -> ContextState:
+        """``condition`` of the context ``base`` plus one point of ``added`` per batch entry.
+
+        ``base`` is one context ``[1, N]`` and ``added`` ``[B, 1]`` real points (as
+        :func:`xnp.placement.place_sensors` tries candidates); the state is that of
+        the ``B`` contexts ``base ∪ added[b]``, the new point last.  The network
+        sees each as :meth:`condition` would.  A GP bank is conditioned on ``base``
+        once and grown by a block update of its inverses
+        (:func:`xnp.nn.gp_bank_added.add_point`), its lengthscales held at
+        ``base``'s: the features differ from :meth:`condition`'s only by the share
+        of its spread one point moves a context (about ``1 / N``).
+        """
+        for points, role in ((base, "context"), (added, "context")):
+            points.validate_for(self.config, role)
+        if base.batch_size != 1 or added.size != 1:
+            raise ShapeError(
+                f"condition_added grows one context ([1, N]; got batch {base.batch_size}) "
+                f"by one point per batch entry ([B, 1]; got {added.size} points)."
+            )
+        base, added = base.zero_masked(), added.zero_masked()
+        b = added.batch_size
+
+        def union_of(k: str) -> jax.Array:
+            a = getattr(base, k)
+            return jnp.concatenate([jnp.broadcast_to(a, (b, *a.shape[1:])), getattr(added, k)], 1)
+
+        union = Points(**{k: union_of(k) for k in ("s", "t", "x", "f", "mask")})
+        if not self.config.gp_bank:
+            return self.condition(union)
+        feats = self._feats(union)
+        n = base.size
+        gp, _ = condition_bank(feats["s"][:1, :n], base.f[..., 0], base.mask, self.config.gp_bank)
+        gp, bank = add_point(gp, feats["s"][:, n], added.f[:, 0, 0], self.config.gp_bank)
+        return self._encode(union, feats, gp, bank)
+
+    def _encode(self, context: Points, feats, gp, bank) -> ContextState:
+        """The context side of the blocks, from the bias and bank features."""
         e = self._embed(context, observed=True, bank=bank)
         kv = []
         for i, block in enumerate(self.blocks):
@@ -208,7 +248,10 @@ class BSATNP(nnx.Module):
         feats = self._feats(targets)
         bank = None
         if self.config.gp_bank:
-            bank = predict_bank(state.gp, feats["s"], self.config.gp_bank)
+            grown = isinstance(state.gp, GPBankAdded)
+            bank = (predict_added if grown else predict_bank)(
+                state.gp, feats["s"], self.config.gp_bank
+            )
         e = self._embed(targets, observed=False, bank=bank)
         for block, kv in zip(self.blocks, state.kv, strict=True):
             e = block(e, kv, feats, state.feats, state.mask)

@@ -41,10 +41,14 @@ from xnp.errors import ConfigError
 
 __all__ = [
     "KINDS",
+    "MIN_VAR",
     "GPBankState",
     "condition_bank",
     "correlation",
+    "covariance",
     "exact_features",
+    "member_correlations",
+    "pairwise_distance",
     "predict_bank",
 ]
 
@@ -56,7 +60,7 @@ KINDS = ("matern12", "matern32", "matern52", "rbf")
 _MIN_SPREAD = 1e-3
 
 #: Floor of a member's predictive variance before its log is taken.
-_MIN_VAR = 1e-6
+MIN_VAR = 1e-6
 
 
 def correlation(r: jax.Array, kind: str) -> jax.Array:
@@ -99,6 +103,8 @@ class GPBankState:
         Each member's lengthscale for each context, in feature units.
     mask : bool array ``[B, N]``
         Which context points are real.
+    y : array ``[B, N]``
+        The context values (zero at padding).
     """
 
     x: jax.Array
@@ -106,6 +112,7 @@ class GPBankState:
     alpha: jax.Array
     lengthscale: jax.Array
     mask: jax.Array
+    y: jax.Array
 
 
 def _spread(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -117,13 +124,13 @@ def _spread(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.sqrt(var[:, 0]), _MIN_SPREAD)
 
 
-def _distance(a: jax.Array, b: jax.Array) -> jax.Array:
+def pairwise_distance(a: jax.Array, b: jax.Array) -> jax.Array:
     """Euclidean distances ``[B, Na, Nb]`` (zero gradient-safe at zero)."""
     d2 = jnp.sum((a[:, :, None, :] - b[:, None, :, :]) ** 2, axis=-1)
     return jnp.sqrt(jnp.maximum(d2, 0.0))
 
 
-def _correlations(d: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
+def member_correlations(d: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
     """``[B, K, Na, Nb]``: each member's correlation at distances ``d`` ``[B, Na, Nb]``."""
     return jnp.stack(
         [
@@ -134,11 +141,22 @@ def _correlations(d: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
     )
 
 
+def covariance(x: jax.Array, mask: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
+    """Each member's covariance ``[B, K, N, N]`` of the contexts (padding: identity rows)."""
+    n = x.shape[1]
+    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None, None]
+    pair = (mask[:, :, None] & mask[:, None, :])[:, None]
+    eye = jnp.eye(n, dtype=jnp.float32)[None, None]
+    corr = member_correlations(pairwise_distance(x, x), lengthscale, members)
+    return jnp.where(pair, corr, 0.0) + eye * jnp.where(mask[:, None, :, None], nugget, 1.0)
+
+
 def condition_bank(
     x: jax.Array,
     y: jax.Array,
     mask: jax.Array,
     members: tuple[tuple[str, float, float], ...],
+    lengthscale: jax.Array | None = None,
 ) -> tuple[GPBankState, jax.Array]:
     """Condition every member on the contexts; return the state and the context features.
 
@@ -154,6 +172,9 @@ def condition_bank(
         Each member's kernel (one of :data:`KINDS`), lengthscale as a fraction of
         the context's rms spread, and noise variance (the field's prior variance
         is 1).
+    lengthscale : array ``[B, K]``, optional
+        The members' lengthscales instead of the fractions of the spread (what
+        :func:`xnp.nn.gp_bank_added.add_point` holds fixed; its reference).
 
     Returns
     -------
@@ -174,21 +195,19 @@ def condition_bank(
     y = jax.lax.stop_gradient(jnp.where(mask, y.astype(jnp.float32), 0.0))
     n = x.shape[1]
     frac = jnp.asarray([f for _, f, _ in members], jnp.float32)
-    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None, None]
-    lengthscale = _spread(x, mask)[:, None] * frac[None, :]
-    pair = (mask[:, :, None] & mask[:, None, :])[:, None]
+    if lengthscale is None:
+        lengthscale = _spread(x, mask)[:, None] * frac[None, :]
+    cov = covariance(x, mask, lengthscale, members)
     eye = jnp.eye(n, dtype=jnp.float32)[None, None]
-    corr = _correlations(_distance(x, x), lengthscale, members)
-    cov = jnp.where(pair, corr, 0.0) + eye * jnp.where(mask[:, None, :, None], nugget, 1.0)
     chol = jnp.linalg.cholesky(cov)
     inverse = jax.scipy.linalg.cho_solve((chol, True), jnp.broadcast_to(eye, cov.shape))
     alpha = jnp.einsum("bkij,bj->bki", inverse, y)
     diag = jnp.diagonal(inverse, axis1=-2, axis2=-1)
     loo_mean = y[:, None, :] - alpha / diag
-    loo_logstd = -0.5 * jnp.log(jnp.maximum(diag, _MIN_VAR))
+    loo_logstd = -0.5 * jnp.log(jnp.maximum(diag, MIN_VAR))
     feats = jnp.concatenate([loo_mean, loo_logstd], axis=1)  # [B, 2K, N]
     feats = jnp.where(mask[:, None, :], feats, 0.0).transpose(0, 2, 1)
-    state = GPBankState(x=x, inverse=inverse, alpha=alpha, lengthscale=lengthscale, mask=mask)
+    state = GPBankState(x=x, inverse=inverse, alpha=alpha, lengthscale=lengthscale, mask=mask, y=y)
     return state, feats
 
 
@@ -206,12 +225,12 @@ def predict_bank(
     [0.99, 0.98]
     """
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
-    corr = _correlations(_distance(x, state.x), state.lengthscale, members)
+    corr = member_correlations(pairwise_distance(x, state.x), state.lengthscale, members)
     corr = jnp.where(state.mask[:, None, None, :], corr, 0.0)  # [B, K, M, N]
     mean = jnp.einsum("bkmn,bkn->bkm", corr, state.alpha)
     reduction = jnp.einsum("bkmn,bknj,bkmj->bkm", corr, state.inverse, corr)
     nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None]
-    var = jnp.maximum(1.0 + nugget - reduction, _MIN_VAR)
+    var = jnp.maximum(1.0 + nugget - reduction, MIN_VAR)
     return jnp.concatenate([mean, 0.5 * jnp.log(var)], axis=1).transpose(0, 2, 1)
 
 
@@ -243,7 +262,7 @@ def exact_features(
         kb = corr(xb, xa, kind, ell)
         mean = kb @ np.linalg.solve(k, ya)
         var = 1.0 + nugget - np.einsum("mn,nm->m", kb, np.linalg.solve(k, kb.T))
-        return mean, 0.5 * np.log(np.maximum(var, _MIN_VAR))
+        return mean, 0.5 * np.log(np.maximum(var, MIN_VAR))
 
     ctx, tgt = [], []
     for kind, frac, nugget in members:

@@ -117,18 +117,9 @@ def try_candidates(ctx, grown, cand, fill, region, acquisition, scale, which, ba
         real = part.size
         # a short last batch repeats its last candidate: one compiled shape for every pass
         part = np.concatenate([part, np.repeat(part[-1:], batch_size - real)])
-        b = part.size
-        batch = {
-            k: np.concatenate(
-                [
-                    np.repeat(grown[k], b, 0),
-                    (cand[k] if k != "f" else fill)[part][:, None],
-                ],
-                axis=1,
-            )
-            for k in ("s", "t", "x", "f")
-        }
-        state = ctx.predictor.condition(Points.from_arrays(**batch))
+        added = {k: (cand[k] if k != "f" else fill)[part][:, None] for k in ("s", "t", "x", "f")}
+        state = ctx.predictor.condition_added(Points.from_arrays(**grown),
+                                              Points.from_arrays(**added))  # fmt: skip
         scores = score_region(ctx, state, region, acquisition, scale, grown["s"][0],
                                cand["s"][part])  # fmt: skip
         score[part[:real]] = scores[:real]
