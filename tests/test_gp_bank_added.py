@@ -121,5 +121,9 @@ def test_predictor_condition_added_pads_the_base_and_agrees(bank):
     want = model.predict(model.condition_added(base, added), targets)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, atol=2e-4)
+    # the slow reference: each union conditioned whole (the bank with its own lengthscales)
+    ref = predictor.predict_state(predictor.condition_added(base, added, refactor=True), targets)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a, b, atol=0.05 if bank else 2e-4)
     with pytest.raises(ShapeError, match="one real point per batch entry"):
         predictor.condition_added(base, points_of(latlon(3, 2, 9), np.zeros((3, 2, 1))))

@@ -241,8 +241,9 @@ def main() -> None:
         figure = plot_placement(lazy if args.chosen else greedy, coastlines=False)
         figure.savefig(image, dpi=110, bbox_inches="tight")
     if args.chosen or args.model != "gp-sphere":
+        banked = bool(getattr(model.config, "gp_bank", ()))
         text = chosen_text(args, section, image, candidates.size, n, len(frames), seconds,
-                           tried, base, tables, best, counts)  # fmt: skip
+                           tried, base, tables, best, counts, banked)  # fmt: skip
     else:
         text = study_text(candidates.size, n, len(frames), seconds, tried, agree, base,
                           tables, best, counts)  # fmt: skip
@@ -322,8 +323,15 @@ def study_text(n_candidates: int, n: int, n_frames: int, seconds: dict, tried: n
 
 def chosen_text(args, section: str, image: Path, n_candidates: int, n: int, n_frames: int,
                 seconds: dict, tried: np.ndarray, base: dict, tables: dict, best: dict,
-                counts: list[int]) -> str:  # fmt: skip
+                counts: list[int], banked: bool) -> str:  # fmt: skip
     """The section of a ``--chosen`` run (or another model): the kept designs only."""
+    bank = (
+        " The model's GP bank is grown by a block update of its inverses for each "
+        "candidate tried (`BSATNP.condition_added`: its lengthscales held at the "
+        "context's), not refactored."
+        if banked
+        else ""
+    )
     days = "17–18" if args.validation else "19–21"
     command = f"{COMMAND} --model {args.model}" + (" --chosen" if args.chosen else "")
     return (
@@ -342,7 +350,7 @@ def chosen_text(args, section: str, image: Path, n_candidates: int, n: int, n_fr
         "RMSE of the map (K): the stations and the design's first sites with their true "
         f"values, over the {n_frames} six-hourly frames of days {days}, mapped (a) as "
         "`xnp.predict` maps by default (the model's own trend) and (b) by the plain "
-        "network (`trend='none'`).\n\n"
+        f"network (`trend='none'`).{bank}\n\n"
         + both_maps(base, tables, best, counts)
         + f"![Lazy greedy placement: the first step's acquisition map](images/{image.name})\n"
     )

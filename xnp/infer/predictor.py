@@ -138,20 +138,22 @@ class Predictor:
             self.params, host_chunk(fields, 0, context.size, bucket(context.size))
         )
 
-    def condition_added(self, base: Points, added: Points) -> Any:
+    def condition_added(self, base: Points, added: Points, *, refactor: bool = False) -> Any:
         """Condition on ``base`` (one context) plus each point of ``added`` ``[B, 1]``.
 
         The state of the ``B`` contexts ``base ∪ added[b]``, as :meth:`condition` of
         each.  A model with a GP bank grows its bank by a block update
         (:meth:`xnp.models.bsa_tnp.BSATNP.condition_added`: ``O(K N²)`` per added
         point instead of a refactorisation, and the base's terms at targets shared
-        by the batch); any other model conditions on the unions, built on the host.
+        by the batch, its lengthscales held at ``base``'s); any other model, or
+        ``refactor=True`` (the slow reference), conditions on the unions, built on
+        the host.
         """
         fields, new = host_fields(base), host_fields(added)
         if not bool(np.all(new["mask"])) or new["mask"].shape[1] != 1:
             raise ShapeError("condition_added adds one real point per batch entry ([B, 1]).")
         check_finite(new, "context", ("s", "t", "x", "f"))
-        if not getattr(self.config, "gp_bank", ()):
+        if refactor or not getattr(self.config, "gp_bank", ()):
             b = new["mask"].shape[0]
             union = {k: np.concatenate([np.repeat(fields[k], b, 0), new[k]], axis=1)
                      for k in fields}  # fmt: skip
