@@ -46,6 +46,17 @@ def test_chunked_equals_one_shot_and_compiles_once(model):
     assert pred._predict._cache_size() - before <= 1  # 5 chunks (last padded), ≤ 1 compile
 
 
+def test_tight_chunks_pad_to_eight_and_predict_the_same(model):
+    ctx, tgt = sphere_points(4, 40), sphere_points(5, 201, values=False)
+    pred = Predictor(model, chunk_size=512)
+    assert pred._padded_size(201) == 256
+    assert pred._padded_size(201, tight=True) == 208
+    state = pred.condition(ctx)
+    for a, b in zip(pred.predict_state(state, tgt), pred.predict_state(state, tgt, tight=True),
+                    strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_huge_radius_regional_equals_exact(model):
     ctx, tgt = sphere_points(2, 120), sphere_points(3, 200, values=False)
     pred = Predictor(model, chunk_size=64)

@@ -52,7 +52,7 @@ def score_region(ctx, state, region, acquisition, scale, known, new) -> np.ndarr
         **{k: np.repeat(region.points[k][None], batch, 0) for k in ("s", "t", "x")},
         dim_y=len(scale),
     )
-    mean, std = ctx.predictor.predict_state(state, tiled)
+    mean, std = ctx.predictor.predict_state(state, tiled, tight=True)  # one size every step
     return acquisition_of(ctx, mean, std, acquisition, region, scale,
                   region.trend_variance(known, new))  # fmt: skip
 
