@@ -336,3 +336,32 @@ def test_on_era5_a_design_over_past_frames_beats_random_sites_on_later_frames(mo
         extra[rng.choice(free, 4, replace=False)] = True
         random.append(oracle_rmse(extra.reshape(stations.shape)))
     assert oracle_rmse(chosen) < np.mean(random)
+
+
+@pytest.mark.filterwarnings("ignore:.*have no 'units' attribute")  # a CSV carries none
+def test_the_command_line_reads_stations_from_csv(field, model, tmp_path, capsys):
+    ds, context = field
+    grid = ds.drop_vars("field")
+    table = context.field.to_dataframe().dropna().reset_index()
+    table.insert(0, "name", [f"s{i}" for i in range(len(table))])  # text: a coordinate
+    table.rename(columns={"lat": "Latitude", "lon": "Longitude"}).to_csv(
+        tmp_path / "obs.csv", index=False
+    )
+    xr.Dataset(coords=grid.coords).to_netcdf(tmp_path / "grid.nc")
+    want = context.np.place_sensors(model, grid, grid, 2, progress=False)
+    status = main(["place", "gp-sphere", str(tmp_path / "obs.csv"), str(tmp_path / "grid.nc"),
+                   "-n", "2", "--variable", "field", "--out", str(tmp_path / "sites.nc"),
+                   "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "sites.nc").site_index,
+                                  want.site_index)  # fmt: skip
+    # a table without coordinates, or with times: what to do instead
+    table.drop(columns=["lat"]).to_csv(tmp_path / "nolat.csv", index=False)
+    table.assign(time=[f"2020-01-0{1 + i % 2}" for i in range(len(table))]).to_csv(
+        tmp_path / "times.csv", index=False
+    )
+    for name, message in (("nolat", "without latitude and longitude"), ("times", "several times")):
+        assert main(["place", "gp-sphere", str(tmp_path / f"{name}.csv"),
+                     str(tmp_path / "grid.nc"), "--out", str(tmp_path / "x.nc"),
+                     "--quiet"]) != 0  # fmt: skip
+        assert message in capsys.readouterr().err

@@ -1,10 +1,11 @@
-"""Datasets and figures on disk: open netCDF or zarr, write them atomically.
+"""Datasets and figures on disk: open netCDF, zarr or CSV, write them atomically.
 
-A directory is read as a zarr store, a file as netCDF (or whatever xarray's
-backends recognise).  Outputs are written atomically (to a temporary path,
-renamed into place once complete), so an interrupted run never leaves a
-half-written file under the requested name; what would be replaced is checked
-first (:func:`check_output`), before any work.
+A directory is read as a zarr store, a ``.csv`` file as a table of points (one row
+per site), any other file as netCDF (or whatever xarray's backends recognise).
+Outputs are written atomically (to a temporary path, renamed into place once
+complete), so an interrupted run never leaves a half-written file under the
+requested name; what would be replaced is checked first (:func:`check_output`),
+before any work.
 
 This module sits low: it imports xarray, dask (for a progress bar), :mod:`xnp.files`
 and :mod:`xnp.errors`, never the models or the command line.  :mod:`xnp.files` is
@@ -63,15 +64,67 @@ def _zarr_consolidated(path: Path) -> bool:
     return False
 
 
+#: Column names (any case) a CSV table's latitude and longitude may have.
+_LAT_NAMES, _LON_NAMES = ("lat", "latitude"), ("lon", "long", "longitude")
+
+
+def _open_csv(p: Path, what: str) -> xr.Dataset:
+    """A CSV table of points, one row each, as a Dataset along ``point``.
+
+    Numeric columns become data variables; the latitude and longitude columns and any
+    text column (station names) become coordinates.  A time column with one value is
+    the table's (scalar) time; several times (one row per site and time) are a layout
+    this reader does not guess: it says how to build the Dataset instead.
+    """
+    import numpy as np
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(p)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise OSError(f"cannot read the {what} {p} as CSV: {err}") from err
+    lower = {str(c).lower(): c for c in df.columns}
+    scalar = {}
+    for c in (lower[n] for n in ("time", "date", "datetime") if n in lower):
+        if df[c].nunique(dropna=False) > 1:
+            raise UsageError(
+                f"the {what} {p} is a CSV with several times in its column {c!r}; xnp reads "
+                "a CSV as one row per site (one time). Build the Dataset in Python, e.g. "
+                "xr.Dataset.from_dataframe(df.set_index(['station', 'time'])) with lat/lon "
+                "as coordinates, and save it as netCDF or zarr."
+            )
+        scalar[str(c)] = pd.to_datetime(df[c].iloc[0]) if len(df) else None
+        df = df.drop(columns=c)
+    lat = next((lower[n] for n in _LAT_NAMES if n in lower), None)
+    lon = next((lower[n] for n in _LON_NAMES if n in lower), None)
+    if lat is None or lon is None:
+        raise UsageError(
+            f"the {what} {p} is a CSV without latitude and longitude columns (named lat "
+            f"or latitude, and lon or longitude; it has {list(df.columns)}); rename them."
+        )
+    units = {lat: {"units": "degrees_north"}, lon: {"units": "degrees_east"}}
+    coords, data = {}, {}
+    for c in df.columns:
+        numeric = pd.api.types.is_numeric_dtype(df[c])
+        if c in units or not numeric:
+            coords[str(c)] = ("point", df[c].to_numpy(), units.get(c, {}))
+        else:
+            data[str(c)] = ("point", df[c].to_numpy(np.float64))
+    coords.update({c: v for c, v in scalar.items() if v is not None})  # one time: a scalar
+    return xr.Dataset(data, coords)
+
+
 def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
-    """Open a netCDF file or a zarr store lazily, with a clear error when that fails.
+    """Open a netCDF file, a zarr store or a CSV table of points, with clear errors.
 
     Parameters
     ----------
     path : path
         A directory: a zarr store; a file: netCDF (or another format one of
-        xarray's backends recognises), whatever its name.  A leading ``~`` is
-        expanded.
+        xarray's backends recognises), whatever its name; a ``.csv`` file: a table
+        of points, one row per site, with latitude and longitude columns (numeric
+        columns become variables, text columns coordinates, along ``point``).  A
+        leading ``~`` is expanded.
     what : str
         What the file is, for error messages ("context", "truth", ...).
 
@@ -85,10 +138,14 @@ def open_data(path: str | os.PathLike, *, what: str = "data") -> xr.Dataset:
         If ``path`` does not exist.
     OSError
         If it cannot be read as a dataset.
+    UsageError
+        If a CSV has no latitude and longitude columns, or several times.
     """
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(errno.ENOENT, f"{what} file not found", str(p))
+    if p.is_file() and p.suffix.lower() == ".csv":
+        return _open_csv(p, what)
     try:
         if _is_zarr(p):
             return xr.open_zarr(p, consolidated=_zarr_consolidated(p))

@@ -140,7 +140,8 @@ def _add_fit(subs: Any) -> None:
     p = subs.add_parser(
         "fit", help="train a neural process on a dataset and save it",
         description="Train a neural process to predict VARIABLE from the data in DATA "
-        "(netCDF or zarr; gridded or stations, with or without time) and save it to --out.",
+        "(netCDF or zarr, gridded or stations, with or without time; or a CSV of stations, "
+        "one row each) and save it to --out.",
         epilog=EPILOG, formatter_class=Formatter,
     )  # fmt: skip
     p.add_argument("data", metavar="DATA", help="training data: a netCDF file or zarr store")
@@ -332,7 +333,8 @@ def _add_predict(subs: Any) -> None:
         description="Condition MODEL (a saved model directory, or the name of a pretrained "
         "model shipped with xnp) on the observations in CONTEXT and predict the mean and "
         "standard deviation of its variables at the points of TARGETS (any netCDF or zarr "
-        "whose coordinates give the places: a grid, stations, ...), or at every point of "
+        "whose coordinates give the places: a grid, stations, ...; or a CSV of sites), "
+        "or at every point of "
         "CONTEXT when TARGETS is left out (gap filling).  A pretrained (zero-shot) model "
         "predicts the one variable CONTEXT holds, whatever its name.  The prediction is "
         "computed lazily, one dask block at a time, while it is written.",
