@@ -98,7 +98,7 @@ class Frame:
         normalised, as the network sees them).
         """
         self.state = self.ctx.predictor.condition(Points.from_arrays(**self.grown))
-        mean_c, std_c = self.ctx.predictor.predict_state(self.state, self.cand_points)
+        mean_c, std_c = self.ctx.predictor.predict_state(self.state, self.cand_points, tight=True)
         mean_c, self.std_c = mean_c[0], std_c[0]
         self.fill = mean_c if self.true_fill is None else self.true_fill
 
