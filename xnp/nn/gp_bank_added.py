@@ -191,9 +191,8 @@ def predict_added(
 
     same = jnp.all(x == x[:1])
     mean, reduction, qu = jax.lax.cond(same, shared, each)
-    r = member_correlations(pairwise_distance(x, state.x_new[:, None]), base.lengthscale, members)[
-        ..., 0
-    ]  # [B, K, M]
+    to_new = pairwise_distance(x, state.x_new[:, None])  # [B, M, 1]
+    r = member_correlations(to_new, base.lengthscale, members)[..., 0]  # [B, K, M]
     w = r - qu
     s = state.s[..., None]
     mean = mean + w * state.delta[..., None] / s
