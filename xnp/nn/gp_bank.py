@@ -45,9 +45,11 @@ __all__ = [
     "GPBankState",
     "condition_bank",
     "correlation",
+    "correlations_to",
     "covariance",
     "exact_features",
     "member_correlations",
+    "nuggets",
     "pairwise_distance",
     "predict_bank",
 ]
@@ -141,10 +143,21 @@ def member_correlations(d: jax.Array, lengthscale: jax.Array, members) -> jax.Ar
     )
 
 
+def nuggets(members) -> jax.Array:
+    """Each member's noise variance ``[K]`` (float32)."""
+    return jnp.asarray([g for _, _, g in members], jnp.float32)
+
+
+def correlations_to(state: GPBankState, x: jax.Array, members) -> jax.Array:
+    """Each member's correlations ``[B, K, M, N]`` of ``x`` with the context (padding: 0)."""
+    corr = member_correlations(pairwise_distance(x, state.x), state.lengthscale, members)
+    return jnp.where(state.mask[:, None, None, :], corr, 0.0)
+
+
 def covariance(x: jax.Array, mask: jax.Array, lengthscale: jax.Array, members) -> jax.Array:
     """Each member's covariance ``[B, K, N, N]`` of the contexts (padding: identity rows)."""
     n = x.shape[1]
-    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None, None]
+    nugget = nuggets(members)[None, :, None, None]
     pair = (mask[:, :, None] & mask[:, None, :])[:, None]
     eye = jnp.eye(n, dtype=jnp.float32)[None, None]
     corr = member_correlations(pairwise_distance(x, x), lengthscale, members)
@@ -225,11 +238,10 @@ def predict_bank(
     [0.99, 0.98]
     """
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
-    corr = member_correlations(pairwise_distance(x, state.x), state.lengthscale, members)
-    corr = jnp.where(state.mask[:, None, None, :], corr, 0.0)  # [B, K, M, N]
+    corr = correlations_to(state, x, members)  # [B, K, M, N]
     mean = jnp.einsum("bkmn,bkn->bkm", corr, state.alpha)
     reduction = jnp.einsum("bkmn,bknj,bkmj->bkm", corr, state.inverse, corr)
-    nugget = jnp.asarray([g for _, _, g in members], jnp.float32)[None, :, None]
+    nugget = nuggets(members)[None, :, None]
     var = jnp.maximum(1.0 + nugget - reduction, MIN_VAR)
     return jnp.concatenate([mean, 0.5 * jnp.log(var)], axis=1).transpose(0, 2, 1)
 

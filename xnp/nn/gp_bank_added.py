@@ -40,8 +40,10 @@ from xnp.errors import ShapeError
 from xnp.nn.gp_bank import (
     MIN_VAR,
     GPBankState,
+    correlations_to,
     covariance,
     member_correlations,
+    nuggets,
     pairwise_distance,
 )
 
@@ -72,16 +74,6 @@ class GPBankAdded:
     u: jax.Array
     s: jax.Array
     delta: jax.Array
-
-
-def _nuggets(members) -> jax.Array:
-    return jnp.asarray([g for _, _, g in members], jnp.float32)
-
-
-def _to_base(base: GPBankState, x: jax.Array, members) -> jax.Array:
-    """Correlations ``[B, K, M, N]`` of points ``x`` ``[B, M, C]`` with the base context."""
-    corr = member_correlations(pairwise_distance(x, base.x), base.lengthscale, members)
-    return jnp.where(base.mask[:, None, None, :], corr, 0.0)
 
 
 def add_point(
@@ -125,9 +117,9 @@ def add_point(
         raise ShapeError(f"add_point grows one base context; got a batch of {base.x.shape[0]}.")
     x_new = jax.lax.stop_gradient(x_new.astype(jnp.float32))
     y_new = jax.lax.stop_gradient(y_new.astype(jnp.float32))
-    nugget = _nuggets(members)
+    nugget = nuggets(members)
     a, alpha = base.inverse[0], base.alpha[0]  # [K, N, N], [K, N]
-    k = _to_base(base, x_new[:, None], members)[:, :, 0]  # [B, K, N]
+    k = correlations_to(base, x_new[:, None], members)[:, :, 0]  # [B, K, N]
     # kᵀ A k is close to 1 + g where a point is well predicted, and the float32 error of
     # the explicit inverse (its condition number times the rounding) would swamp the
     # small difference s: one step of iterative refinement against the covariance
@@ -177,14 +169,14 @@ def predict_added(
     batch = state.u.shape[0]
 
     def shared():
-        q = _to_base(base, x[:1], members)[0]  # [K, M, N]
+        q = correlations_to(base, x[:1], members)[0]  # [K, M, N]
         mean = jnp.einsum("kmn,kn->km", q, alpha)
         reduction = jnp.einsum("kmn,knj,kmj->km", q, a, q)
         tile = lambda v: jnp.broadcast_to(v[None], (batch, *v.shape))  # noqa: E731
         return tile(mean), tile(reduction), jnp.einsum("kmn,bkn->bkm", q, state.u)
 
     def each():
-        q = _to_base(base, jnp.broadcast_to(x, (batch, *x.shape[1:])), members)
+        q = correlations_to(base, jnp.broadcast_to(x, (batch, *x.shape[1:])), members)
         mean = jnp.einsum("bkmn,kn->bkm", q, alpha)
         reduction = jnp.einsum("bkmn,knj,bkmj->bkm", q, a, q)
         return mean, reduction, jnp.einsum("bkmn,bkn->bkm", q, state.u)
@@ -196,5 +188,5 @@ def predict_added(
     w = r - qu
     s = state.s[..., None]
     mean = mean + w * state.delta[..., None] / s
-    var = jnp.maximum(1.0 + _nuggets(members)[None, :, None] - reduction - w * w / s, MIN_VAR)
+    var = jnp.maximum(1.0 + nuggets(members)[None, :, None] - reduction - w * w / s, MIN_VAR)
     return jnp.concatenate([mean, 0.5 * jnp.log(var)], axis=1).transpose(0, 2, 1)
