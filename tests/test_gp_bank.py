@@ -9,7 +9,7 @@ from flax import nnx
 from xnp.arrays import Points
 from xnp.errors import ConfigError
 from xnp.geo.distance import latlon_to_xyz
-from xnp.models.bsa_tnp import BSATNP, with_zero_inputs
+from xnp.models.bsa_tnp import BSATNP, with_bank_members, with_zero_inputs
 from xnp.models.config import BSATNPConfig
 from xnp.nn.gp_bank import KINDS, condition_bank, exact_features, predict_bank
 
@@ -88,6 +88,32 @@ def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
     rows = grads.embed.layers[0].kernel[...][cfg.dim_obs_embed : cfg.dim_obs_embed + 8]
     assert bool(jnp.isfinite(rows).all())
     assert float(jnp.abs(rows).sum()) > 0
+
+
+def test_members_appended_to_a_bank_start_at_zero():
+    small = tiny(MEMBERS[:2])
+    large = tiny(MEMBERS)
+    start = BSATNP(small, rngs=nnx.Rngs(0))
+    _, params = nnx.split(start)
+    graphdef, _ = nnx.split(BSATNP(large, rngs=nnx.Rngs(1)))
+    widened = nnx.merge(graphdef, with_bank_members(params, small.gp_bank, large))
+    ks = jax.random.split(jax.random.key(4), 2)
+    ctx = Points.from_arrays(s=jnp.asarray(points(2, 9, 7), jnp.float32),
+                             f=jax.random.normal(ks[0], (2, 9, 1)))  # fmt: skip
+    tgt = Points.from_arrays(s=jnp.asarray(points(2, 6, 8), jnp.float32))
+    for a, b in zip(start(ctx, tgt), widened(ctx, tgt), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # the old members' rows are where the larger bank reads them: means, then log stds
+    kernel = lambda p: np.asarray(p["embed"]["layers"][0]["kernel"])  # noqa: E731
+    old, new = kernel(params), kernel(nnx.split(widened)[1])
+    at = small.dim_obs_embed + small.dim_x
+    np.testing.assert_array_equal(new[at : at + 2], old[at : at + 2])  # old means
+    np.testing.assert_array_equal(new[at + 4 : at + 6], old[at + 2 : at + 4])  # old log stds
+    assert not new[at + 2 : at + 4].any()  # new means
+    assert not new[at + 6 : at + 8].any()  # new log stds
+    assert with_bank_members(params, small.gp_bank, small) is params
+    with pytest.raises(ConfigError, match="not the start"):
+        with_bank_members(params, MEMBERS[1:3], large)
 
 
 def test_the_bank_is_configured_checked_and_saved():

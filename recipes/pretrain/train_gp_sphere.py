@@ -242,7 +242,7 @@ from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fi
 from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors
-from xnp.models.bsa_tnp import with_zero_inputs
+from xnp.models.bsa_tnp import with_bank_members, with_zero_inputs
 from xnp.models.config import BSATNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.train import TrainConfig, fit_step
@@ -292,24 +292,6 @@ def config(prior_key: bool = False, gp_bank: bool = False, dense: bool = False) 
         embed_hidden=(128,), ffn_hidden=128, head_hidden=(128,), q_chunk=256, k_chunk=256,
         prior_key=prior_key, gp_bank=(DENSE_BANK if dense else GP_BANK) if gp_bank else (),
     )  # fmt: skip
-
-
-def widened_bank(params, bank: tuple, cfg: BSATNPConfig):
-    """``params`` of a model with GP bank ``bank``, given ``cfg``'s bank: zero new inputs.
-
-    The bank's features enter the point encoder as ``[means (K), log stds (K)]``
-    after the flag embedding and the covariates, so members appended to ``bank`` get
-    zero rows after its means and after its log stds: the widened model predicts as
-    the start did.  None when ``bank`` is not the start of ``cfg.gp_bank``.
-    """
-    old, new = len(bank), len(cfg.gp_bank)
-    if tuple(cfg.gp_bank[:old]) != tuple(bank):
-        return None
-    if old == new:
-        return params
-    offset = cfg.dim_obs_embed + cfg.dim_x
-    params = with_zero_inputs(params, offset + old, new - old)  # after the old means
-    return with_zero_inputs(params, offset + new + old, new - old)  # after the old log stds
 
 
 def make_batch(key: jax.Array, params: bool = False, tasks: SphereFieldTasks = TASKS):
@@ -487,9 +469,11 @@ def main() -> None:
         if start.config.replace(**new) != cfg:
             parser.error(f"{args.init_from} is not a model of this recipe's configuration")
         start_params = start.params_
-        start_params = widened_bank(start_params, start.config.gp_bank, cfg)
-        if start_params is None:
-            parser.error(f"{args.init_from}'s GP bank is not the start of this one's")
+        if cfg.gp_bank and not start.config.gp_bank:  # zero inputs for the bank's features
+            start_params = with_zero_inputs(start_params, cfg.dim_obs_embed + cfg.dim_x,
+                                            2 * len(cfg.gp_bank))  # fmt: skip
+        elif cfg.gp_bank:  # a larger bank: zero inputs for the new members' features
+            start_params = with_bank_members(start_params, start.config.gp_bank, cfg)
         # the start's weights where it has them (all but a new prior key's, which stay
         # as initialised: gates at zero, so the predictions are the start's)
         own = dict(nnx.to_flat_state(params))

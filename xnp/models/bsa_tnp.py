@@ -33,7 +33,7 @@ import numpy as np
 from flax import nnx
 
 from xnp.arrays import Points
-from xnp.errors import ShapeError
+from xnp.errors import ConfigError, ShapeError
 from xnp.geo.distance import latlon_to_xyz
 from xnp.models.config import BSATNPConfig
 from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
@@ -42,7 +42,7 @@ from xnp.nn.gp_bank import GPBankState, condition_bank, predict_bank
 from xnp.nn.gp_bank_added import GPBankAdded, add_point, predict_added
 from xnp.nn.layers import MLP, MultiHeadAttention, count_params
 
-__all__ = ["BSATNP", "ContextState", "KRBlock", "with_zero_inputs"]
+__all__ = ["BSATNP", "ContextState", "KRBlock", "with_bank_members", "with_zero_inputs"]
 
 
 @jax.tree_util.register_dataclass
@@ -295,6 +295,41 @@ def with_zero_inputs(params: Any, offset: int, count: int) -> Any:
         return leaf
 
     return jax.tree_util.tree_map_with_path(widen, params)
+
+
+def with_bank_members(params: Any, bank: tuple, config: BSATNPConfig) -> Any:
+    """Parameters of a BSA-TNP with GP bank ``bank``, widened to ``config``'s larger bank.
+
+    The bank's features enter the point encoder as ``[means (K), log stds (K)]``
+    after the flag embedding and the covariates, so members appended to ``bank``
+    get zero input rows after its means and after its log stds: the widened model
+    predicts exactly as the one with ``bank`` until training moves them.
+
+    Raises
+    ------
+    ConfigError
+        If ``bank`` is not the start of ``config.gp_bank``.
+
+    Examples
+    --------
+    >>> small = BSATNPConfig.tiny(gp_bank=(("rbf", 0.5, 0.01),))
+    >>> large = small.replace(gp_bank=small.gp_bank + (("matern12", 0.2, 0.01),))
+    >>> _, params = nnx.split(BSATNP(small, rngs=nnx.Rngs(0)))
+    >>> rows = lambda p: p["embed"]["layers"][0]["kernel"].shape[0]
+    >>> rows(with_bank_members(params, small.gp_bank, large)) - rows(params)
+    2
+    """
+    old, new = len(bank), len(config.gp_bank)
+    if tuple(map(tuple, bank)) != tuple(config.gp_bank[:old]):
+        raise ConfigError(
+            f"the GP bank {list(bank)} is not the start of the configuration's "
+            f"{list(config.gp_bank)}: members can only be appended to a bank."
+        )
+    if old == new:
+        return params
+    offset = config.dim_obs_embed + config.dim_x
+    params = with_zero_inputs(params, offset + old, new - old)  # after the old means
+    return with_zero_inputs(params, offset + new + old, new - old)  # after the old log stds
 
 
 def describe(model: BSATNP) -> dict[str, Any]:
