@@ -214,6 +214,12 @@ held-out NLL ships under a new name (C as ``gp-sphere-dense-bank``, B as
 if its lowest-NLL ERA5 row also has the lower NLL on ``compare_zero_shot.py``'s
 held-out synthetic fields in each of their three cases.  Only then are the test tables
 (``compare_zero_shot.py``, ``evaluate_by_smoothness.py``) computed for it.
+
+Run B was stopped at step 250, before any of its results but that step's validation NLL
+(0.452, in its warm-up) were seen: side by side on the two cores each run made 1.8 s per
+step (0.4 s alone), so both would not have finished in the session.  C was restarted
+alone; the rule applies to it alone, and a gain of C is that of the new members and
+the 6,000 more steps together.
 """
 
 from __future__ import annotations
