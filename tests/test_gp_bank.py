@@ -61,6 +61,16 @@ def tiny(bank=()):
     return BSATNPConfig.tiny(gp_bank=bank)
 
 
+def same_predictions(a, b, seed: int) -> tuple[Points, Points]:
+    """Check that models ``a`` and ``b`` predict alike on a random task; return the task."""
+    ctx = Points.from_arrays(s=jnp.asarray(points(2, 9, seed + 2), jnp.float32),
+                             f=jax.random.normal(jax.random.key(seed), (2, 9, 1)))  # fmt: skip
+    tgt = Points.from_arrays(s=jnp.asarray(points(2, 6, seed + 3), jnp.float32))
+    for x, y in zip(a(ctx, tgt), b(ctx, tgt), strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+    return ctx, tgt
+
+
 def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
     plain = BSATNP(tiny(), rngs=nnx.Rngs(0))
     cfg = tiny(MEMBERS)
@@ -69,12 +79,7 @@ def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
     _, params = nnx.split(plain)
     wide = with_zero_inputs(params, cfg.dim_obs_embed + cfg.dim_x, 2 * len(MEMBERS))
     banked = nnx.merge(graphdef, wide)
-    ks = jax.random.split(jax.random.key(3), 2)
-    ctx = Points.from_arrays(s=jnp.asarray(points(2, 9, 5), jnp.float32),
-                             f=jax.random.normal(ks[0], (2, 9, 1)))  # fmt: skip
-    tgt = Points.from_arrays(s=jnp.asarray(points(2, 6, 6), jnp.float32))
-    for a, b in zip(plain(ctx, tgt), banked(ctx, tgt), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    ctx, tgt = same_predictions(plain, banked, seed=3)
     # targets are independent given the context: any chunks give the same values
     state = banked.condition(ctx)
     whole = banked.predict(state, tgt)
@@ -97,12 +102,7 @@ def test_members_appended_to_a_bank_start_at_zero():
     _, params = nnx.split(start)
     graphdef, _ = nnx.split(BSATNP(large, rngs=nnx.Rngs(1)))
     widened = nnx.merge(graphdef, with_bank_members(params, small.gp_bank, large))
-    ks = jax.random.split(jax.random.key(4), 2)
-    ctx = Points.from_arrays(s=jnp.asarray(points(2, 9, 7), jnp.float32),
-                             f=jax.random.normal(ks[0], (2, 9, 1)))  # fmt: skip
-    tgt = Points.from_arrays(s=jnp.asarray(points(2, 6, 8), jnp.float32))
-    for a, b in zip(start(ctx, tgt), widened(ctx, tgt), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    same_predictions(start, widened, seed=4)
     # the old members' rows are where the larger bank reads them: means, then log stds
     kernel = lambda p: np.asarray(p["embed"]["layers"][0]["kernel"])  # noqa: E731
     old, new = kernel(params), kernel(nnx.split(widened)[1])
