@@ -9,6 +9,7 @@ import xarray as xr
 import xnp
 import xnp.api.predict
 from xnp.cli import format_table, main
+from xnp.cli.defaults import DEMO_START
 from xnp.cli.options import parse_chunks
 from xnp.errors import XnpError
 from xnp.storage import write_dataset
@@ -104,11 +105,11 @@ def test_demo_writes_model_prediction_and_plot(capsys, tmp_path):
     assert "time" in pred.coords  # the held-out time the context was taken from
     with open(paths["plot"], "rb") as fh:
         assert fh.read(8) == PNG
-    assert "xnp: fine-tuning the pretrained 'gp-sphere-bank' model for 2 steps" in err
+    assert f"xnp: fine-tuning the pretrained {DEMO_START!r} model for 2 steps" in err
     assert "held-out field: RMSE" in err
-    assert "the pretrained gp-sphere-bank model zero-shot: RMSE" in err
+    assert f"the pretrained {DEMO_START} model zero-shot: RMSE" in err
     assert "fine-tuning changed the held-out RMSE by" in err
-    assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == "gp-sphere-bank"
+    assert xnp.load(paths["model"]).training["fine_tuned_from"]["from"] == DEMO_START
 
 
 @pytest.mark.slow

@@ -33,6 +33,25 @@ def test_shipped_model_is_small_safe_and_zero_shot(model):
         xnp.pretrained("nope")
 
 
+def test_every_shipped_model_is_small_and_zero_shot():
+    from xnp.shipped import DEFAULT, _root
+
+    names = xnp.available_pretrained()
+    assert {"gp-sphere", "gp-sphere-bank", "gp-sphere-dense-bank"} <= set(names)
+    assert DEFAULT in names
+    for name in names:
+        files = list((_root() / name).glob("*"))
+        assert sum(p.stat().st_size for p in files) < 20 * 2**20, name  # issue 28's limit
+        shipped = xnp.pretrained(name)
+        assert shipped.normalise == "context", name
+        assert shipped.training["context_rms_km"] > 0, name
+    # the dense bank extends gp-sphere-bank's: its first members are the same GPs
+    small = xnp.pretrained("gp-sphere-bank").config.gp_bank
+    dense = xnp.pretrained("gp-sphere-dense-bank").config.gp_bank
+    assert dense[: len(small)] == small
+    assert len(dense) == 26
+
+
 def test_pretrained_names_ignore_case(model):
     from xnp.shipped import resolve_model
 

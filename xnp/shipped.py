@@ -27,7 +27,7 @@ from xnp.neural_process import NeuralProcess, load
 
 __all__ = ["available_pretrained", "pretrained", "resolve_model"]
 
-DEFAULT = "gp-sphere-bank"
+DEFAULT = "gp-sphere-dense-bank"
 
 log = logging.getLogger(__name__)
 
