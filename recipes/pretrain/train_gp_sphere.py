@@ -220,6 +220,20 @@ Run B was stopped at step 250, before any of its results but that step's validat
 step (0.4 s alone), so both would not have finished in the session.  C was restarted
 alone; the rule applies to it alone, and a gain of C is that of the new members and
 the 6,000 more steps together.
+
+The outcome (``--out xnp/pretrained_models/gp-sphere-dense-bank``; 44 min alone,
+0.43 s per step): held-out tasks NLL 0.428 (0.437; floor 0.374; in its warm-up the
+NLL first rose to 0.45–0.47, and fell below 0.437 from step 4,250).  Validation,
+``compare_zero_shot.py gp-sphere-bank DIR --no-test``: ERA5 days 17–18, its lowest-NLL
+row ``trend="linear"``, ``calibrate=True``: NLL 0.765 (0.767), RMSE 0.630 K (0.617),
+CRPS 0.331 K (0.328), 95 % coverage 0.969 (0.970); the synthetic fields, that row
+0.312 / 0.297 / 0.276 nats (0.332 / 0.311 / 0.289).  So by the rule it ships as
+``gp-sphere-dense-bank`` and is the default model.  The rule weighed ERA5 by NLL only,
+where the two are level; the RMSE there was 2 % worse, and the test tables (the
+``compare_zero_shot`` and ``pretrained_by_smoothness`` sections) show the same trade:
+better on the synthetic prior in every cell (RBF gap +0.07 to +0.16 against +0.08 to
++0.20) and a little on Texas, a little worse at the ERA5 station cells (RMSE 0.587
+against 0.574 K).  A next rule should hold the RMSE as well.
 """
 
 from __future__ import annotations
