@@ -78,6 +78,9 @@ def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
     graphdef, _ = nnx.split(banked)
     _, params = nnx.split(plain)
     wide = with_zero_inputs(params, cfg.dim_obs_embed + cfg.dim_x, 2 * len(MEMBERS))
+    for a, b in zip(jax.tree.leaves(wide), jax.tree.leaves(with_bank_members(params, (), cfg)),
+                    strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)  # a first bank is members appended to none
     banked = nnx.merge(graphdef, wide)
     ctx, tgt = same_predictions(plain, banked, seed=3)
     # targets are independent given the context: any chunks give the same values

@@ -67,6 +67,15 @@ def test_the_greedy_step_matches_a_brute_force_reference(field, fitted):
     assert np.isnan(out.acquisition_map.isel(step=1)[int(out.site_index[0])])
 
 
+def placed_by_cli(capsys, context, folder, *options: str) -> xr.Dataset:
+    """``xnp place gp-sphere CONTEXT folder/grid.nc -n 2 [options]``: the sites it wrote."""
+    out = folder / "placed.nc"
+    status = main(["place", "gp-sphere", str(context), str(folder / "grid.nc"), "-n", "2",
+                   *options, "--out", str(out), "--quiet"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    return xr.open_dataset(out)
+
+
 def test_a_zero_shot_model_scores_the_map_with_its_trend(field, model, tmp_path, capsys):
     ds, context = field
     grid = ds.drop_vars("field")
@@ -74,12 +83,8 @@ def test_a_zero_shot_model_scores_the_map_with_its_trend(field, model, tmp_path,
     plain = place_sensors(model, context, grid, grid, n_sites=2, progress=False)
     context.to_netcdf(tmp_path / "obs.nc")
     xr.Dataset(coords=grid.coords).to_netcdf(tmp_path / "grid.nc")
-    status = main(["place", "gp-sphere", str(tmp_path / "obs.nc"), str(tmp_path / "grid.nc"),
-                   "-n", "2", "--trend", "own", "--out", str(tmp_path / "own.nc"),
-                   "--quiet"])  # fmt: skip
-    assert status == 0, capsys.readouterr().err
-    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "own.nc").site_index,
-                                  own.site_index)  # fmt: skip
+    placed = placed_by_cli(capsys, tmp_path / "obs.nc", tmp_path, "--trend", "own")
+    np.testing.assert_array_equal(placed.site_index, own.site_index)
     # with no new site: the mean std of the map xnp.predict makes with the same trend
     for out, trend in ((own, None), (plain, "none")):
         base = xnp.predict(model, context, grid, trend=trend, calibrate=False)
@@ -349,12 +354,8 @@ def test_the_command_line_reads_stations_from_csv(field, model, tmp_path, capsys
     )
     xr.Dataset(coords=grid.coords).to_netcdf(tmp_path / "grid.nc")
     want = context.np.place_sensors(model, grid, grid, 2, progress=False)
-    status = main(["place", "gp-sphere", str(tmp_path / "obs.csv"), str(tmp_path / "grid.nc"),
-                   "-n", "2", "--variable", "field", "--out", str(tmp_path / "sites.nc"),
-                   "--quiet"])  # fmt: skip
-    assert status == 0, capsys.readouterr().err
-    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "sites.nc").site_index,
-                                  want.site_index)  # fmt: skip
+    placed = placed_by_cli(capsys, tmp_path / "obs.csv", tmp_path, "--variable", "field")
+    np.testing.assert_array_equal(placed.site_index, want.site_index)
     # a table without coordinates, or with times: what to do instead
     table.drop(columns=["lat"]).to_csv(tmp_path / "nolat.csv", index=False)
     table.assign(time=[f"2020-01-0{1 + i % 2}" for i in range(len(table))]).to_csv(

@@ -262,7 +262,7 @@ from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fi
 from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors
-from xnp.models.bsa_tnp import with_bank_members, with_zero_inputs
+from xnp.models.bsa_tnp import with_bank_members
 from xnp.models.config import BSATNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.train import TrainConfig, fit_step
@@ -489,10 +489,7 @@ def main() -> None:
         if start.config.replace(**new) != cfg:
             parser.error(f"{args.init_from} is not a model of this recipe's configuration")
         start_params = start.params_
-        if cfg.gp_bank and not start.config.gp_bank:  # zero inputs for the bank's features
-            start_params = with_zero_inputs(start_params, cfg.dim_obs_embed + cfg.dim_x,
-                                            2 * len(cfg.gp_bank))  # fmt: skip
-        elif cfg.gp_bank:  # a larger bank: zero inputs for the new members' features
+        if cfg.gp_bank:  # zero inputs for the features of the members the start lacks
             start_params = with_bank_members(start_params, start.config.gp_bank, cfg)
         # the start's weights where it has them (all but a new prior key's, which stay
         # as initialised: gates at zero, so the predictions are the start's)

@@ -303,7 +303,8 @@ def with_bank_members(params: Any, bank: tuple, config: BSATNPConfig) -> Any:
     The bank's features enter the point encoder as ``[means (K), log stds (K)]``
     after the flag embedding and the covariates, so members appended to ``bank``
     get zero input rows after its means and after its log stds: the widened model
-    predicts exactly as the one with ``bank`` until training moves them.
+    predicts exactly as the one with ``bank`` until training moves them.  With
+    ``bank=()`` a model without a bank gains one.
 
     Raises
     ------
