@@ -5,14 +5,23 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import xnp.models.bsa_tnp as bsa_tnp
 from xnp.arrays import Points
 from xnp.errors import ConfigError
 from xnp.geo.distance import latlon_to_xyz
 from xnp.infer.predictor import Predictor
 from xnp.models.bsa_tnp import BSATNP, with_zero_inputs
 from xnp.models.config import BSATNPConfig
-from xnp.nn.gp_bank_fit import condition_fitted, exact_fit, grow_fitted, predict_fitted
+from xnp.nn.gp_bank import condition_bank, predict_bank
+from xnp.nn.gp_bank_fit import (
+    _subset,
+    bank_inputs,
+    exact_fit,
+    fit_context,
+    split_features,
+)
 
+BANK = (("matern52", 0.5, 0.01),)
 FITTED = (("matern12", 0.05), ("rbf", 0.01))
 FRACTIONS = (0.1, 0.2, 0.4, 0.8, 1.6)
 
@@ -34,6 +43,15 @@ def smooth_values(s, seed):
             + 0.02 * rng.normal(size=lat.shape)).astype(np.float32)  # fmt: skip
 
 
+def both(x, y, mask, xt):
+    """Context and target features of BANK and FITTED conditioned together."""
+    fit = fit_context(x, y, mask, FITTED, FRACTIONS)
+    members, ell, values = bank_inputs(x, y, mask, BANK, FITTED, fit)
+    state, feats = condition_bank(x, values, mask, members, ell)
+    ctx = split_features(feats, len(BANK), fit, mask)
+    return fit, ctx, split_features(predict_bank(state, xt, members), len(BANK), fit)
+
+
 def test_fitted_members_match_the_float64_reference_and_ignore_padding():
     n, pad = 30, 6
     s = latlon(1, n, 0)
@@ -44,75 +62,68 @@ def test_fitted_members_match_the_float64_reference_and_ignore_padding():
     yy[0, :n] = y[0]
     mask = np.arange(n + pad)[None] < n
     xt = xyz(latlon(1, 11, 2))
-    state, feats = condition_fitted(jnp.asarray(x), jnp.asarray(yy), jnp.asarray(mask),
-                                    FITTED, FRACTIONS)  # fmt: skip
-    at_targets = predict_fitted(state, jnp.asarray(xt), FITTED)
-    assert not np.asarray(feats[0, n:]).any()  # padding stays zero
+    fit, ctx, tgt = both(jnp.asarray(x), jnp.asarray(yy), jnp.asarray(mask), jnp.asarray(xt))
+    assert ctx.shape == (1, n + pad, 2 * len(BANK) + 3 * len(FITTED))
+    assert not np.asarray(ctx[0, n:]).any()  # padding stays zero
+    # the bank's own features are those of the bank alone
+    _, alone = condition_bank(jnp.asarray(x), jnp.asarray(yy), jnp.asarray(mask), BANK)
+    np.testing.assert_allclose(ctx[..., : 2 * len(BANK)], alone, atol=1e-5)
+    spread = float(np.sqrt(np.mean(np.sum((x[0, :n] - x[0, :n].mean(0)) ** 2, 1))))
+    f, off = len(FITTED), 2 * len(BANK)
     for i, (kind, nugget) in enumerate(FITTED):
         ref = exact_fit(x[0, :n], y[0], xt[0], kind, nugget, FRACTIONS)
-        lengthscale = float(state.bank.lengthscale[0, i])
-        spread = float(np.sqrt(np.mean(np.sum((x[0, :n] - x[0, :n].mean(0)) ** 2, 1))))
-        np.testing.assert_allclose(lengthscale, ref["fraction"] * spread, rtol=1e-4)
-        np.testing.assert_allclose(state.shift[0, i], ref["shift"], atol=1e-3)
-        np.testing.assert_allclose(state.scale[0, i], ref["scale"], rtol=1e-3)
-        np.testing.assert_allclose(state.evidence[0, i], ref["evidence"], atol=2e-3)
-        got_c = np.stack([feats[0, :n, i], feats[0, :n, len(FITTED) + i]], -1)
-        got_t = np.stack([at_targets[0, :, i], at_targets[0, :, len(FITTED) + i]], -1)
-        np.testing.assert_allclose(got_c, ref["context"], atol=2e-3)
-        np.testing.assert_allclose(got_t, ref["target"], atol=2e-3)
-        np.testing.assert_allclose(at_targets[0, :, 2 * len(FITTED) + i], ref["evidence"],
-                                   atol=2e-3)  # fmt: skip
+        np.testing.assert_allclose(fit.lengthscale[0, i], ref["fraction"] * spread, rtol=1e-4)
+        np.testing.assert_allclose(fit.shift[0, i], ref["shift"], atol=1e-3)
+        np.testing.assert_allclose(fit.scale[0, i], ref["scale"], rtol=1e-3)
+        np.testing.assert_allclose(fit.evidence[0, i], ref["evidence"], atol=2e-3)
+        for got, want in ((ctx[0, :n], ref["context"]), (tgt[0], ref["target"])):
+            pair = np.stack([got[:, off + i], got[:, off + f + i]], -1)
+            np.testing.assert_allclose(pair, want, atol=2e-3)
+            np.testing.assert_allclose(got[:, off + 2 * f + i], ref["evidence"], atol=2e-3)
     # the smooth kernel fits the smooth field better than the rough one
-    assert float(state.evidence[0, 1]) > float(state.evidence[0, 0])
+    assert float(fit.evidence[0, 1]) > float(fit.evidence[0, 0])
     # the fit reads the values' mean and amplitude: shifting and scaling the values
-    # shifts and scales the predictions
-    moved, _ = condition_fitted(jnp.asarray(x), jnp.asarray(3.0 * yy - 5.0), jnp.asarray(mask),
-                                FITTED, FRACTIONS)  # fmt: skip
-    np.testing.assert_allclose(predict_fitted(moved, jnp.asarray(xt), FITTED)[0, :, :2],
-                               3.0 * at_targets[0, :, :2] - 5.0, atol=5e-3)  # fmt: skip
+    # shifts and scales the fitted members' predictions
+    _, _, moved = both(jnp.asarray(x), jnp.asarray(3.0 * yy - 5.0), jnp.asarray(mask),
+                       jnp.asarray(xt))  # fmt: skip
+    np.testing.assert_allclose(moved[0, :, off : off + f], 3.0 * tgt[0, :, off : off + f] - 5.0,
+                               atol=5e-3)  # fmt: skip
 
 
-def test_one_observation_keeps_unit_amplitude():
+def test_one_observation_keeps_the_prior_amplitude():
     x = jnp.asarray(xyz(latlon(1, 1, 3)))
-    state, feats = condition_fitted(x, jnp.asarray([[0.7]]), jnp.ones((1, 1), bool),
-                                    FITTED, FRACTIONS)  # fmt: skip
-    np.testing.assert_allclose(state.scale, 1.0, rtol=1e-5)  # the prior's
-    np.testing.assert_allclose(state.shift, 0.7, rtol=1e-5)
-    assert np.isfinite(np.asarray(feats)).all()
+    fit, ctx, tgt = both(x, jnp.asarray([[0.7]]), jnp.ones((1, 1), bool), x)
+    np.testing.assert_allclose(fit.scale, 1.0, rtol=1e-5)
+    np.testing.assert_allclose(fit.shift, 0.7, rtol=1e-5)
+    assert np.isfinite(np.asarray(ctx)).all()
+    assert np.isfinite(np.asarray(tgt)).all()
 
 
-def test_grown_fitted_members_match_conditioning_each_union_with_the_fit_held():
-    n, batch = 20, 4
-    s = latlon(1, n, 4)
-    x, y = jnp.asarray(xyz(s)), jnp.asarray(smooth_values(s, 5))
-    mask = jnp.ones((1, n), bool)
-    x_new = jnp.asarray(xyz(latlon(1, batch, 6))[0])
-    y_new = jnp.asarray(np.random.default_rng(7).normal(2.0, 1.0, batch).astype(np.float32))
-    base, _ = condition_fitted(x, y, mask, FITTED, FRACTIONS)
-    grown, feats = grow_fitted(base, x_new, y_new, FITTED)
-    xt = jnp.asarray(np.repeat(xyz(latlon(1, 7, 8)), batch, 0))
-    got = predict_fitted(grown, xt, FITTED)
-    # the reference: the members conditioned on each union, their fit the base's
-    from xnp.nn.gp_bank import condition_bank, predict_bank
-
-    xu = jnp.concatenate([jnp.repeat(x, batch, 0), x_new[:, None]], 1)
-    yu = jnp.concatenate([jnp.repeat(y, batch, 0), y_new[:, None]], 1)
-    values = (yu[:, None] - base.shift[..., None]) / base.scale[..., None]
-    members = tuple((k, 1.0, g) for k, g in FITTED)
-    ell = jnp.broadcast_to(base.bank.lengthscale, (batch, len(FITTED)))
-    ref, ref_feats = condition_bank(xu, values, jnp.ones((batch, n + 1), bool), members, ell)
-    f = len(FITTED)
-    want = predict_bank(ref, xt, members)
-    np.testing.assert_allclose(got[..., :f], base.shift[:, None] + base.scale[:, None]
-                               * want[..., :f], atol=2e-3)  # fmt: skip
-    np.testing.assert_allclose(got[..., f:2 * f], jnp.log(base.scale)[:, None] + want[..., f:],
-                               atol=2e-3)  # fmt: skip
-    np.testing.assert_allclose(feats[..., :f], base.shift[:, None] + base.scale[:, None]
-                               * ref_feats[..., :f], atol=2e-3)  # fmt: skip
+def test_search_subset_spreads_over_the_context_order():
+    n_slots, size = 300, 64
+    mask = np.zeros((2, n_slots), bool)
+    mask[0, :250] = True  # padded at the end
+    mask[1, ::3] = True  # holes (100 real points)
+    x = np.broadcast_to(np.arange(n_slots, dtype=np.float32)[None, :, None], (2, n_slots, 3))
+    y = np.broadcast_to(np.arange(n_slots, dtype=np.float32)[None], (2, n_slots))
+    _xs, ys, keep = _subset(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), size)
+    assert keep.shape == (2, size)
+    assert bool(keep.all())
+    picked = np.asarray(ys)
+    assert mask[0, picked[0].astype(int)].all()
+    assert mask[1, picked[1].astype(int)].all()
+    assert picked[0, 0] == 0
+    assert picked[0, -1] > 240
+    assert picked[1, -1] > 280
+    assert len(set(picked[1])) == size
+    few = np.arange(n_slots)[None] < 20  # fewer real points than the subset: all of them
+    _, ys, keep = _subset(jnp.asarray(x[:1]), jnp.asarray(y[:1]), jnp.asarray(few), size)
+    assert int(keep.sum()) == 20
+    assert set(np.asarray(ys)[keep]) == set(range(20))
 
 
 def tiny(**kw):
-    return BSATNPConfig.tiny(gp_bank=(("matern52", 0.5, 0.01),), **kw)
+    return BSATNPConfig.tiny(gp_bank=BANK, **kw)
 
 
 def points(s, f=None):
@@ -120,33 +131,50 @@ def points(s, f=None):
     return Points.from_arrays(s=jnp.asarray(s, jnp.float32), f=jnp.asarray(f))
 
 
-def test_model_with_fitted_members_widens_from_zero_and_grows_like_its_reference():
+def test_model_with_fitted_members_widens_from_zero_and_grows_like_its_reference(monkeypatch):
     rng = np.random.default_rng(9)
     small = BSATNP(tiny(), rngs=nnx.Rngs(0))
     cfg = tiny(gp_fit=FITTED, gp_fit_fractions=FRACTIONS)
     graphdef, params = nnx.split(BSATNP(cfg, rngs=nnx.Rngs(0)))
     _, small_params = nnx.split(small)
     offset = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank)
-    widened = with_zero_inputs(small_params, offset, 3 * len(FITTED))
-    big = nnx.merge(graphdef, widened)
+    big = nnx.merge(graphdef, with_zero_inputs(small_params, offset, 3 * len(FITTED)))
     ctx = points(latlon(2, 25, 10), rng.normal(size=(2, 25, 1)).astype(np.float32))
     tgt = points(latlon(2, 9, 11))
     for a, b in zip(big(ctx, tgt), small(ctx, tgt), strict=True):  # step 0 unchanged
         np.testing.assert_allclose(a, b, atol=1e-5)
-    # a trained-looking model (the new rows random) grows its context by one point
-    # as conditioning each union with the fit held does (placement's fast path)
+    # a model whose new rows are not zero grows its context by one point as
+    # conditioning each union does with the base's fit and lengthscales held
     big = nnx.merge(graphdef, params)
-    predictor = Predictor(big, chunk_size=64)
     base = points(latlon(1, 37, 12), rng.normal(size=(1, 37, 1)).astype(np.float32))
     added = points(latlon(3, 1, 13), rng.normal(size=(3, 1, 1)).astype(np.float32))
     targets = points(np.repeat(latlon(1, 20, 14), 3, 0))
-    fast = predictor.predict_state(predictor.condition_added(base, added), targets)
-    slow = predictor.predict_state(predictor.condition_added(base, added, refactor=True), targets)
-    for a, b in zip(fast, slow, strict=True):  # refactoring refits: close, not equal
-        assert np.isfinite(np.asarray(a)).all()
-        np.testing.assert_allclose(a, b, atol=0.05)
-    direct = big.predict(big.condition_added(base, added), targets)
-    for a, b in zip(fast, direct, strict=True):  # the predictor's padding: float32 order only
+    fast = big.predict(big.condition_added(base, added), targets)
+    held = big.condition(base)
+    fit = held.fit
+    bank_ell = held.gp.lengthscale[:, : len(BANK)]
+    monkeypatch.setattr(bsa_tnp, "fit_context", lambda *a: type(fit)(
+        *(jnp.broadcast_to(v, (3, v.shape[1])) for v in
+          (fit.lengthscale, fit.shift, fit.scale, fit.evidence))))  # fmt: skip
+
+    def bank_inputs_held(*args):
+        members, ell, values = bank_inputs(*args)
+        return (
+            members,
+            ell.at[:, : len(BANK)].set(jnp.broadcast_to(bank_ell, (3, len(BANK)))),
+            values,
+        )
+
+    monkeypatch.setattr(bsa_tnp, "bank_inputs", bank_inputs_held)
+    grow = lambda a, b: np.concatenate([np.repeat(np.asarray(a), 3, 0), np.asarray(b)], 1)  # noqa: E731
+    union = points(grow(base.s, added.s), grow(base.f, added.f))
+    slow = big.predict(big.condition(union), targets)
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-3)
+    monkeypatch.undo()
+    predictor = Predictor(big, chunk_size=64)  # the predictor pads the base: float32 order only
+    padded = predictor.predict_state(predictor.condition_added(base, added), targets)
+    for a, b in zip(padded, fast, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-3)
 
 

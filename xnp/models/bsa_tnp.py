@@ -42,10 +42,10 @@ from xnp.nn.gp_bank import GPBankState, condition_bank, predict_bank
 from xnp.nn.gp_bank_added import GPBankAdded, add_point, predict_added
 from xnp.nn.gp_bank_fit import (
     GPFit,
-    fit_members,
     added_values,
     bank_inputs,
     fit_context,
+    fit_members,
     split_features,
 )
 from xnp.nn.layers import MLP, MultiHeadAttention, count_params

@@ -19,9 +19,12 @@ of its kernel and nugget ``g``, with ``C`` the context's correlation matrix plus
   ½ log 1ᵀC⁻¹1`` (Harville 1974, up to a constant), which picks the lengthscale.
 
 The chosen member is then an ordinary bank member conditioned on ``(y − m) / σ``
-with that lengthscale, its predictions mapped back (mean ``m + σ μ``, log std
-``log σ + log s``); the GLS mean's own variance is left out, so that the block
-update of :mod:`xnp.nn.gp_bank_added` grows it exactly.  Every token also reads the
+with that lengthscale (:func:`bank_inputs`: in the same
+:func:`~xnp.nn.gp_bank.condition_bank` call as the bank's members), its predictions
+mapped back (mean ``m + σ μ``, log std ``log σ + log s``: :func:`split_features`);
+the GLS mean's own variance is left out, so that the block update of
+:mod:`xnp.nn.gp_bank_added` grows it exactly (:func:`added_values`, the fit held at
+the base context's).  Every token also reads the
 member's restricted log likelihood per observation, the evidence for its kernel, so
 the network can weigh the fitted members by it.
 
@@ -41,10 +44,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xnp.nn.gp_bank import _MIN_SPREAD, _spread, covariance
+from xnp.nn.gp_bank import _MIN_SPREAD, _spread, covariance, exact_features
 
-__all__ = ["PRIOR_OBS", "SEARCH_POINTS", "GPFit", "added_values", "bank_inputs", "exact_fit", "fit_context",
-           "fit_members", "split_features"]  # fmt: skip
+__all__ = [
+    "PRIOR_OBS",
+    "SEARCH_POINTS",
+    "GPFit",
+    "added_values",
+    "bank_inputs",
+    "exact_fit",
+    "fit_context",
+    "fit_members",
+    "split_features",
+]
 
 #: Pseudo-observations of the amplitude's prior (at the standardised variance 1).
 PRIOR_OBS = 1.0
@@ -225,11 +237,11 @@ def exact_fit(
 ) -> dict[str, float | np.ndarray]:
     """The reference (float64 numpy, one context, no padding) of one fitted member.
 
-    Each candidate is fitted by brute force (the GLS mean by ``lstsq`` on the whitened
-    system, ``log|C|`` by ``slogdet``), the best one refitted at the targets.
+    The search reads every point (give a context of at most :data:`SEARCH_POINTS`,
+    where :func:`fit_context` does too).  Each candidate is fitted from the explicit
+    inverse of its covariance (``log|C|`` by ``slogdet``) rather than a Cholesky
+    factor, and the chosen one conditioned by :func:`~xnp.nn.gp_bank.exact_features`.
     """
-    from xnp.nn.gp_bank import exact_features
-
     xc, yc = np.asarray(xc, np.float64), np.asarray(yc, np.float64)
     spread = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), _MIN_SPREAD)
     n = len(yc)
