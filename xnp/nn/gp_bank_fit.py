@@ -87,7 +87,13 @@ def _subset(x: jax.Array, y: jax.Array, mask: jax.Array, size: int):
 
 
 def fit_members(fitted: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float, float], ...]:
-    """The fitted members as bank members ``(kind, 1.0, nugget)`` (the fraction unused)."""
+    """The fitted members as bank members ``(kind, 1.0, nugget)`` (the fraction unused).
+
+    Examples
+    --------
+    >>> fit_members((("rbf", 0.01),))
+    (('rbf', 1.0, 0.01),)
+    """
     return tuple((kind, 1.0, nugget) for kind, nugget in fitted)
 
 
@@ -190,6 +196,16 @@ def bank_inputs(
     :func:`~xnp.nn.gp_bank.condition_bank` call (one factorisation per member):
     the bank's members on ``y`` at their fractions of the spread, the fitted ones
     on ``(y − m) / σ`` at their chosen lengthscales.
+
+    Examples
+    --------
+    >>> x = jnp.asarray([[[0.0, 0.0, 1.0], [0.0, 0.1, 0.995], [0.1, 0.0, 0.995]]])
+    >>> y, mask = jnp.asarray([[0.5, 0.4, -1.0]]), jnp.ones((1, 3), bool)
+    >>> fitted = (("rbf", 0.01),)
+    >>> fit = fit_context(x, y, mask, fitted, (0.5, 1.0, 2.0))
+    >>> members, ell, values = bank_inputs(x, y, mask, (("matern12", 0.3, 0.05),), fitted, fit)
+    >>> [m[0] for m in members], ell.shape, values.shape
+    (['matern12', 'rbf'], (1, 2), (1, 2, 3))
     """
     frac = jnp.asarray([f for _, f, _ in bank], jnp.float32)
     own = _spread(x.astype(jnp.float32), mask)[:, None] * frac[None]
@@ -202,7 +218,14 @@ def bank_inputs(
 
 
 def added_values(y_new: jax.Array, n_bank: int, fit: GPFit) -> jax.Array:
-    """Each member's value ``[B, K + F]`` of the added points ``y_new`` ``[B]``."""
+    """Each member's value ``[B, K + F]`` of the added points ``y_new`` ``[B]``.
+
+    Examples
+    --------
+    >>> one = jnp.ones((1, 1))
+    >>> added_values(jnp.asarray([3.0]), 1, GPFit(one, 2.0 * one, 0.5 * one, one)).tolist()
+    [[3.0, 2.0]]
+    """
     y_new = y_new.astype(jnp.float32)
     own = jnp.broadcast_to(y_new[:, None], (y_new.shape[0], n_bank))
     return jnp.concatenate([own, (y_new[:, None] - fit.shift) / fit.scale], axis=1)
@@ -216,6 +239,14 @@ def split_features(
     The bank's means and log stds as they are, then the fitted members' mapped back
     to the values' units (mean ``m + σ μ``, log std ``log σ + log s``) and their
     evidence; zero where ``mask`` (context points) is False.
+
+    Examples
+    --------
+    >>> one = jnp.ones((1, 1))
+    >>> feats = jnp.asarray([[[0.1, 0.5, -1.0, 0.0]]])  # K = F = 1: means, then log stds
+    >>> out = split_features(feats, 1, GPFit(one, 2.0 * one, one, -0.3 * one))
+    >>> [round(v, 2) for v in out[0, 0].tolist()]
+    [0.1, -1.0, 2.5, 0.0, -0.3]
     """
     k, f = n_bank, fit.shift.shape[-1]
     mean, logstd = feats[..., k : k + f], feats[..., 2 * k + f :]
