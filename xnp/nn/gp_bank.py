@@ -41,6 +41,7 @@ from xnp.errors import ConfigError
 
 __all__ = [
     "KINDS",
+    "MIN_SPREAD",
     "MIN_VAR",
     "GPBankState",
     "condition_bank",
@@ -52,6 +53,7 @@ __all__ = [
     "nuggets",
     "pairwise_distance",
     "predict_bank",
+    "spread",
 ]
 
 #: The correlation functions a member can have (rough to smooth).
@@ -59,7 +61,7 @@ KINDS = ("matern12", "matern32", "matern52", "rbf")
 
 #: The smallest spread (in feature units) a context's lengthscales are scaled by: a
 #: single observation has none.
-_MIN_SPREAD = 1e-3
+MIN_SPREAD = 1e-3
 
 #: Floor of a member's predictive variance before its log is taken.
 MIN_VAR = 1e-6
@@ -119,13 +121,22 @@ class GPBankState:
     y: jax.Array
 
 
-def _spread(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """The rms distance ``[B]`` of each context's real points from their centroid."""
+def spread(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """The rms distance ``[B]`` of each context's real points from their centroid.
+
+    At least :data:`MIN_SPREAD`; the members' lengthscales are fractions of it.
+
+    Examples
+    --------
+    >>> x = jnp.asarray([[[0.0, 0.0], [2.0, 0.0], [9.0, 9.0]]])
+    >>> spread(x, jnp.asarray([[True, True, False]])).tolist()
+    [1.0]
+    """
     w = mask.astype(x.dtype)[..., None]
     n = jnp.maximum(w.sum(axis=1), 1.0)
     centre = (x * w).sum(axis=1, keepdims=True) / n[:, None]
     var = (((x - centre) ** 2).sum(-1, keepdims=True) * w).sum(axis=1) / n
-    return jnp.maximum(jnp.sqrt(var[:, 0]), _MIN_SPREAD)
+    return jnp.maximum(jnp.sqrt(var[:, 0]), MIN_SPREAD)
 
 
 def pairwise_distance(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -212,7 +223,7 @@ def condition_bank(
     y = jax.lax.stop_gradient(jnp.where(mask[:, None], y.astype(jnp.float32), 0.0))
     frac = jnp.asarray([f for _, f, _ in members], jnp.float32)
     if lengthscale is None:
-        lengthscale = _spread(x, mask)[:, None] * frac[None, :]
+        lengthscale = spread(x, mask)[:, None] * frac[None, :]
     cov = covariance(x, mask, lengthscale, members)
     eye = jnp.eye(n, dtype=jnp.float32)[None, None]
     chol = jnp.linalg.cholesky(cov)
@@ -261,7 +272,7 @@ def exact_features(
     point in turn, not from the inverse, so they check the closed form as well.
     """
     xc, yc, xt = (np.asarray(a, np.float64) for a in (xc, yc, xt))
-    spread = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), _MIN_SPREAD)
+    rms = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), MIN_SPREAD)
 
     def corr(a, b, kind, ell):
         r = np.sqrt(np.maximum(np.sum((a[:, None] - b[None]) ** 2, axis=-1), 0.0)) / ell
@@ -281,7 +292,7 @@ def exact_features(
 
     ctx, tgt = [], []
     for kind, frac, nugget in members:
-        ell = spread * frac
+        ell = rms * frac
         tgt.append(gp(xc, yc, xt, kind, ell, nugget))
         loo = [gp(np.delete(xc, i, 0), np.delete(yc, i), xc[i : i + 1], kind, ell, nugget)
                for i in range(len(xc))]  # fmt: skip

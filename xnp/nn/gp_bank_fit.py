@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xnp.nn.gp_bank import _MIN_SPREAD, _spread, covariance, exact_features
+from xnp.nn.gp_bank import MIN_SPREAD, covariance, exact_features, spread
 
 __all__ = [
     "PRIOR_OBS",
@@ -160,7 +160,7 @@ def fit_context(
     members = tuple((kind, float(f), nugget) for kind, nugget in fitted for f in fractions)
     n_fit, n_frac = len(fitted), len(fractions)
     frac = jnp.tile(jnp.asarray(fractions, jnp.float32), n_fit)
-    lengthscale = _spread(x, mask)[:, None] * frac[None]  # [B, F P], the whole context's
+    lengthscale = spread(x, mask)[:, None] * frac[None]  # [B, F P], the whole context's
     x, y, mask = _subset(x, y, mask, SEARCH_POINTS)
     chol = jnp.linalg.cholesky(covariance(x, mask, lengthscale, members))  # [B, F P, N, N]
     w = mask.astype(jnp.float32)
@@ -208,7 +208,7 @@ def bank_inputs(
     (['matern12', 'rbf'], (1, 2), (1, 2, 3))
     """
     frac = jnp.asarray([f for _, f, _ in bank], jnp.float32)
-    own = _spread(x.astype(jnp.float32), mask)[:, None] * frac[None]
+    own = spread(x.astype(jnp.float32), mask)[:, None] * frac[None]
     lengthscale = jnp.concatenate([own, fit.lengthscale], axis=1)
     y = jnp.where(mask, y.astype(jnp.float32), 0.0)
     scaled = (y[:, None] - fit.shift[..., None]) / fit.scale[..., None]
@@ -274,11 +274,11 @@ def exact_fit(
     factor, and the chosen one conditioned by :func:`~xnp.nn.gp_bank.exact_features`.
     """
     xc, yc = np.asarray(xc, np.float64), np.asarray(yc, np.float64)
-    spread = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), _MIN_SPREAD)
+    rms = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), MIN_SPREAD)
     n = len(yc)
     best = None
     for frac in fractions:
-        ell = spread * frac
+        ell = rms * frac
         d = np.sqrt(np.maximum(np.sum((xc[:, None] - xc[None]) ** 2, -1), 0.0))
         corr = _corr(d / ell, kind) + nugget * np.eye(n)
         ci = np.linalg.inv(corr)
