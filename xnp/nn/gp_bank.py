@@ -48,7 +48,9 @@ __all__ = [
     "correlation",
     "correlations_to",
     "covariance",
+    "exact_correlation",
     "exact_features",
+    "exact_spread",
     "member_correlations",
     "nuggets",
     "pairwise_distance",
@@ -260,6 +262,35 @@ def predict_bank(
     return jnp.concatenate([mean, 0.5 * jnp.log(var)], axis=1).transpose(0, 2, 1)
 
 
+def exact_spread(x: np.ndarray) -> float:
+    """:func:`spread` of one context without padding, in float64 numpy (the references').
+
+    Examples
+    --------
+    >>> exact_spread(np.array([[0.0, 0.0], [2.0, 0.0]]))
+    1.0
+    """
+    x = np.asarray(x, np.float64)
+    return max(float(np.sqrt(np.mean(np.sum((x - x.mean(0)) ** 2, axis=1)))), MIN_SPREAD)
+
+
+def exact_correlation(a: np.ndarray, b: np.ndarray, kind: str, ell: float) -> np.ndarray:
+    """:func:`correlation` of every pair of ``a`` ``[Na, C]`` and ``b`` ``[Nb, C]``, float64 numpy.
+
+    Examples
+    --------
+    >>> round(float(exact_correlation(np.zeros((1, 2)), np.ones((1, 2)), "rbf", 2.0)[0, 0]), 4)
+    0.7788
+    """
+    r = np.sqrt(np.maximum(np.sum((a[:, None] - b[None]) ** 2, axis=-1), 0.0)) / ell
+    if kind == "rbf":
+        return np.exp(-0.5 * r * r)
+    c = {"matern12": 1.0, "matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}[kind]
+    a_r = c * r
+    poly = {"matern12": 1.0, "matern32": 1.0 + a_r, "matern52": 1.0 + a_r + a_r**2 / 3}[kind]
+    return poly * np.exp(-a_r)
+
+
 def exact_features(
     xc: np.ndarray,
     yc: np.ndarray,
@@ -272,20 +303,11 @@ def exact_features(
     point in turn, not from the inverse, so they check the closed form as well.
     """
     xc, yc, xt = (np.asarray(a, np.float64) for a in (xc, yc, xt))
-    rms = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), MIN_SPREAD)
-
-    def corr(a, b, kind, ell):
-        r = np.sqrt(np.maximum(np.sum((a[:, None] - b[None]) ** 2, axis=-1), 0.0)) / ell
-        c = {"matern12": 1.0, "matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}
-        if kind == "rbf":
-            return np.exp(-0.5 * r * r)
-        a_r = c[kind] * r
-        poly = {"matern12": 1.0, "matern32": 1.0 + a_r, "matern52": 1.0 + a_r + a_r**2 / 3}
-        return poly[kind] * np.exp(-a_r)
+    rms = exact_spread(xc)
 
     def gp(xa, ya, xb, kind, ell, nugget):
-        k = corr(xa, xa, kind, ell) + nugget * np.eye(len(xa))
-        kb = corr(xb, xa, kind, ell)
+        k = exact_correlation(xa, xa, kind, ell) + nugget * np.eye(len(xa))
+        kb = exact_correlation(xb, xa, kind, ell)
         mean = kb @ np.linalg.solve(k, ya)
         var = 1.0 + nugget - np.einsum("mn,nm->m", kb, np.linalg.solve(k, kb.T))
         return mean, 0.5 * np.log(np.maximum(var, MIN_VAR))

@@ -44,7 +44,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xnp.nn.gp_bank import MIN_SPREAD, covariance, exact_features, spread
+from xnp.nn.gp_bank import (
+    covariance,
+    exact_correlation,
+    exact_features,
+    exact_spread,
+    spread,
+)
 
 __all__ = [
     "PRIOR_OBS",
@@ -274,13 +280,11 @@ def exact_fit(
     factor, and the chosen one conditioned by :func:`~xnp.nn.gp_bank.exact_features`.
     """
     xc, yc = np.asarray(xc, np.float64), np.asarray(yc, np.float64)
-    rms = max(float(np.sqrt(np.mean(np.sum((xc - xc.mean(0)) ** 2, axis=1)))), MIN_SPREAD)
+    rms = exact_spread(xc)
     n = len(yc)
     best = None
     for frac in fractions:
-        ell = rms * frac
-        d = np.sqrt(np.maximum(np.sum((xc[:, None] - xc[None]) ** 2, -1), 0.0))
-        corr = _corr(d / ell, kind) + nugget * np.eye(n)
+        corr = exact_correlation(xc, xc, kind, rms * frac) + nugget * np.eye(n)
         ci = np.linalg.inv(corr)
         one = np.ones(n)
         mean = float(one @ ci @ yc / (one @ ci @ one))
@@ -297,12 +301,3 @@ def exact_fit(
         best[name] = np.stack([best["shift"] + best["scale"] * feats[:, 0],
                                math.log(best["scale"]) + feats[:, 1]], -1)  # fmt: skip
     return best
-
-
-def _corr(r: np.ndarray, kind: str) -> np.ndarray:
-    if kind == "rbf":
-        return np.exp(-0.5 * r * r)
-    c = {"matern12": 1.0, "matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}[kind]
-    a = c * r
-    poly = {"matern12": 1.0, "matern32": 1.0 + a, "matern52": 1.0 + a + a * a / 3.0}[kind]
-    return poly * np.exp(-a)
