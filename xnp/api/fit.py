@@ -340,8 +340,7 @@ def fit(
         cfg = model_config(model, dim_x=dim_x, dim_y=len(variables), temporal=temporal)
     if isinstance(model, str) and isinstance(cfg, SwinTNPConfig):
         cfg = swin_grid_for(cfg, *latlon(data, layout))
-    banked = getattr(cfg, "gp_bank", ()) or getattr(cfg, "gp_fit", ())
-    if banked and config.devices is None and _cpu_devices() > 1:
+    if getattr(cfg, "gp_inputs", False) and config.devices is None and _cpu_devices() > 1:
         # the GP bank's linear algebra (LAPACK calls) stalls XLA's all-reduce between
         # CPU devices that share one thread pool: a batch is not worth splitting there
         log.info("a model with a GP bank trains on one of the %d CPU devices", _cpu_devices())

@@ -153,8 +153,7 @@ class Predictor:
         if not bool(np.all(new["mask"])) or new["mask"].shape[1] != 1:
             raise ShapeError("condition_added adds one real point per batch entry ([B, 1]).")
         check_finite(new, "context", ("s", "t", "x", "f"))
-        banked = getattr(self.config, "gp_bank", ()) or getattr(self.config, "gp_fit", ())
-        if refactor or not banked:
+        if refactor or not getattr(self.config, "gp_inputs", False):
             b = new["mask"].shape[0]
             union = {k: np.concatenate([np.repeat(fields[k], b, 0), new[k]], axis=1)
                      for k in fields}  # fmt: skip

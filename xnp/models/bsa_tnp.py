@@ -224,7 +224,7 @@ class BSATNP(nnx.Module):
 
         union = Points(**{k: union_of(k) for k in ("s", "t", "x", "f", "mask")})
         cfg = self.config
-        if not (cfg.gp_bank or cfg.gp_fit):
+        if not cfg.gp_inputs:
             return self.condition(union)
         feats = self._feats(union)
         n = base.size
@@ -252,7 +252,7 @@ class BSATNP(nnx.Module):
         the program run side by side (XLA's CPU runtime has stalled on that).
         """
         cfg = self.config
-        if not (cfg.gp_bank or cfg.gp_fit):
+        if not cfg.gp_inputs:
             return None, None, None
         if not cfg.gp_fit:
             gp, bank = condition_bank(x, y, mask, cfg.gp_bank)
@@ -287,7 +287,7 @@ class BSATNP(nnx.Module):
         cfg = self.config
         feats = self._feats(targets)
         bank = None
-        if cfg.gp_bank or cfg.gp_fit:
+        if cfg.gp_inputs:
             grown = isinstance(state.gp, GPBankAdded)
             bank = (predict_added if grown else predict_bank)(
                 state.gp, feats["s"], self._members()

@@ -310,6 +310,17 @@ class BSATNPConfig(ConfigIO):
                     f"(dim_y=1); got spatial_bias={self.spatial_bias!r}, dim_y={self.dim_y}."
                 )
 
+    @property
+    def gp_inputs(self) -> bool:
+        """Whether tokens read exact GPs (``gp_bank`` or ``gp_fit`` members).
+
+        Examples
+        --------
+        >>> BSATNPConfig.tiny().gp_inputs, BSATNPConfig.tiny(gp_fit=(("rbf", 0.01),)).gp_inputs
+        (False, True)
+        """
+        return bool(self.gp_bank or self.gp_fit)
+
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:
         """A small preset (a few thousand parameters) for tests and demos."""
