@@ -46,6 +46,11 @@ inverses per candidate (2026-12-03) the full run took 3.9 and 12.2 s.  Its outco
 (2026-12-03, the model's own map, 5 / 10 / 20 sites): over the day before 0.447 /
 0.422 / 0.408 K, space-filling 0.438 / 0.429 / 0.409, random 0.499 / 0.476 / 0.455:
 greedy beats random everywhere and space-filling at 10 and 20 sites, not at 5.
+The rule for the default zero-shot model that replaced it (``gp-sphere-dense-bank`` since
+2026-12-03, or what replaces that in this session by the pretraining recipe's own rule;
+written 2026-12-04, before its run): the same as for ``gp-sphere-bank``, nothing chosen
+again; issue 30's goal is judged on this run, since the goal names the zero-shot model
+that users get.
 """
 
 from __future__ import annotations
