@@ -84,15 +84,16 @@ def test_a_model_given_a_bank_at_zero_predicts_as_before_and_learns_it():
     banked = nnx.merge(graphdef, wide)
     ctx, tgt = same_predictions(plain, banked, seed=3)
     # targets are independent given the context: any chunks give the same values
-    state = banked.condition(ctx)
-    whole = banked.predict(state, tgt)
-    parts = [banked.predict(state, Points.from_arrays(s=tgt.s[:, i : i + 3])) for i in (0, 3)]
+    state = nnx.jit(lambda m, c: m.condition(c))(banked, ctx)
+    predict = nnx.jit(lambda m, st, t: m.predict(st, t))
+    whole = predict(banked, state, tgt)
+    parts = [predict(banked, state, Points.from_arrays(s=tgt.s[:, i : i + 3])) for i in (0, 3)]
     for k in range(2):
         np.testing.assert_allclose(
             whole[k], jnp.concatenate([p[k] for p in parts], axis=1), atol=1e-6
         )
     # the bank's input rows get a gradient, so training can use them
-    grads = nnx.grad(lambda m: m.loss(ctx, tgt, jnp.ones((2, 6, 1))))(banked)
+    grads = nnx.jit(nnx.grad(lambda m: m.loss(ctx, tgt, jnp.ones((2, 6, 1)))))(banked)
     rows = grads.embed.layers[0].kernel[...][cfg.dim_obs_embed : cfg.dim_obs_embed + 8]
     assert bool(jnp.isfinite(rows).all())
     assert float(jnp.abs(rows).sum()) > 0

@@ -2,6 +2,7 @@
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,8 +15,14 @@ from xnp.geo.distance import latlon_to_xyz
 from xnp.infer.predictor import Predictor
 from xnp.models.bsa_tnp import BSATNP
 from xnp.models.config import BSATNPConfig
-from xnp.nn.gp_bank import condition_bank, predict_bank
-from xnp.nn.gp_bank_added import add_point, predict_added
+from xnp.nn import gp_bank, gp_bank_added
+from xnp.nn.gp_bank import condition_bank
+
+# each jitted whole: op-by-op dispatch compiles hundreds of small programs per shape
+condition = jax.jit(condition_bank, static_argnums=3)
+add_point = jax.jit(gp_bank_added.add_point, static_argnums=3)
+predict_bank = jax.jit(gp_bank.predict_bank, static_argnums=2)
+predict_added = jax.jit(gp_bank_added.predict_added, static_argnums=2)
 
 MEMBERS = (("matern12", 0.1, 0.02), ("matern32", 0.35, 0.1), ("matern52", 1.2, 0.003),
            ("rbf", 0.5, 0.01))  # fmt: skip
@@ -46,10 +53,10 @@ def base_and_union(n=14, pad=4, batch=5, seed=0):
 
 def test_grown_bank_matches_conditioning_on_each_union():
     (x, y, mask), (x_new, y_new), (xu, yu, mu) = base_and_union()
-    base, _ = condition_bank(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), MEMBERS)
+    base, _ = condition(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), MEMBERS)
     state, feats = add_point(base, jnp.asarray(x_new), jnp.asarray(y_new), MEMBERS)
     ell = jnp.broadcast_to(base.lengthscale, (len(x_new), len(MEMBERS)))
-    ref, want = condition_bank(jnp.asarray(xu), jnp.asarray(yu), jnp.asarray(mu), MEMBERS,
+    ref, want = condition(jnp.asarray(xu), jnp.asarray(yu), jnp.asarray(mu), MEMBERS,
                                lengthscale=ell)  # fmt: skip
     # two float32 routes to the same numbers: a member with a long lengthscale and a
     # small nugget (matern52, 1.2, 0.003) is the worst conditioned
@@ -65,9 +72,9 @@ def test_grown_bank_matches_conditioning_on_each_union():
 
 def test_holding_the_lengthscale_moves_a_large_context_little():
     (x, y, mask), (x_new, y_new), (xu, yu, mu) = base_and_union(n=200, pad=0, batch=8, seed=3)
-    base, _ = condition_bank(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), MEMBERS)
+    base, _ = condition(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), MEMBERS)
     state, _ = add_point(base, jnp.asarray(x_new), jnp.asarray(y_new), MEMBERS)
-    true, _ = condition_bank(jnp.asarray(xu), jnp.asarray(yu), jnp.asarray(mu), MEMBERS)
+    true, _ = condition(jnp.asarray(xu), jnp.asarray(yu), jnp.asarray(mu), MEMBERS)
     ratio = np.asarray(true.lengthscale / base.lengthscale)
     assert np.all(np.abs(ratio - 1.0) < 0.01)  # one point in 201 moves the spread < 1 %
     targets = jnp.asarray(np.repeat(xyz(latlon(1, 50, 9)), 8, 0))
@@ -82,6 +89,12 @@ def banked_model():
     return BSATNP(BSATNPConfig.tiny(gp_bank=MEMBERS), rngs=nnx.Rngs(0))
 
 
+@nnx.jit
+def grown(model, base, added, targets):
+    """The model's predictions at ``targets`` from ``base`` grown by ``added``."""
+    return model.predict(model.condition_added(base, added), targets)
+
+
 def points_of(s, f=None):
     return Points.from_arrays(s=jnp.asarray(s, jnp.float32),
                               f=None if f is None else jnp.asarray(f, jnp.float32))  # fmt: skip
@@ -94,15 +107,15 @@ def test_model_condition_added_is_condition_of_the_unions(monkeypatch):
     f_base, f_new = rng.normal(size=(1, 11, 1)), rng.normal(size=(4, 1, 1))
     base, added = points_of(s_base, f_base), points_of(s_new, f_new)
     targets = points_of(np.repeat(s_tgt, 4, 0))
-    got = model.predict(model.condition_added(base, added), targets)
+    got = grown(model, base, added, targets)
     # the reference: each union conditioned as a whole, the bank's lengthscale the base's
-    held = condition_bank(jnp.asarray(xyz(s_base)), jnp.asarray(f_base[..., 0], jnp.float32),
+    held = condition(jnp.asarray(xyz(s_base)), jnp.asarray(f_base[..., 0], jnp.float32),
                           jnp.ones((1, 11), bool), MEMBERS)[0].lengthscale  # fmt: skip
     monkeypatch.setattr(bsa_tnp, "condition_bank", functools.partial(
         condition_bank, lengthscale=jnp.broadcast_to(held, (4, len(MEMBERS)))))  # fmt: skip
     union = points_of(np.concatenate([np.repeat(s_base, 4, 0), s_new], 1),
                       np.concatenate([np.repeat(f_base, 4, 0), f_new], 1))  # fmt: skip
-    want = model.predict(model.condition(union), targets)
+    want = nnx.jit(lambda m, c, t: m.predict(m.condition(c), t))(model, union, targets)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, atol=2e-4)
     with pytest.raises(ShapeError, match="one point per batch entry"):
@@ -118,7 +131,7 @@ def test_predictor_condition_added_pads_the_base_and_agrees(bank):
     added = points_of(latlon(3, 1, 7), rng.normal(size=(3, 1, 1)))
     targets = points_of(np.repeat(latlon(1, 20, 8), 3, 0))
     got = predictor.predict_state(predictor.condition_added(base, added), targets)
-    want = model.predict(model.condition_added(base, added), targets)
+    want = grown(model, base, added, targets)
     # the padded base changes the float32 order of the worst-conditioned member's
     # solves (matern52 at 1.2 of the spread, nugget 0.003): close, not bitwise
     for a, b in zip(got, want, strict=True):
@@ -136,7 +149,7 @@ def test_an_ill_conditioned_member_stays_accurate_in_float32():
     # refining u = A k, the Schur complement s lost its digits (mean error 0.09)
     (x, y, mask), (x_new, y_new), (xu, yu, _) = base_and_union(n=200, pad=0, batch=4, seed=3)
     member = (("matern52", 1.2, 0.003),)
-    base, _ = condition_bank(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), member)
+    base, _ = condition(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), member)
     state, _ = add_point(base, jnp.asarray(x_new), jnp.asarray(y_new), member)
     targets = np.repeat(xyz(latlon(1, 30, 9)), 4, 0)
     got = np.asarray(predict_added(state, jnp.asarray(targets), member))[..., 0]
