@@ -9,7 +9,7 @@ import xnp.models.bsa_tnp as bsa_tnp
 from xnp.arrays import Points
 from xnp.errors import ConfigError
 from xnp.geo.distance import latlon_to_xyz
-from xnp.models.bsa_tnp import BSATNP, with_zero_inputs
+from xnp.models.bsa_tnp import BSATNP, with_fit_members
 from xnp.models.config import BSATNPConfig
 from xnp.nn.gp_bank import condition_bank, predict_bank
 from xnp.nn.gp_bank_fit import (
@@ -136,8 +136,9 @@ def test_model_with_fitted_members_widens_from_zero_and_grows_like_its_reference
     cfg = tiny(gp_fit=FITTED, gp_fit_fractions=FRACTIONS)
     graphdef, params = nnx.split(BSATNP(cfg, rngs=nnx.Rngs(0)))
     _, small_params = nnx.split(small)
-    offset = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank)
-    big = nnx.merge(graphdef, with_zero_inputs(small_params, offset, 3 * len(FITTED)))
+    big = nnx.merge(graphdef, with_fit_members(small_params, cfg))
+    with pytest.raises(ConfigError, match="without fitted members"):
+        with_fit_members(params, cfg)  # already has them
     ctx = points(latlon(2, 25, 10), rng.normal(size=(2, 25, 1)).astype(np.float32))
     tgt = points(latlon(2, 9, 11))
     # each call jitted whole: op-by-op dispatch would compile hundreds of small programs

@@ -321,7 +321,7 @@ from xnp.data.synthetic import SphereFieldTasks, matern_kernel, sample_sphere_fi
 from xnp.files import arrays_to_tree, read_arrays, tree_to_arrays, write_arrays
 from xnp.geo.distance import latlon_to_xyz
 from xnp.geo.sphere import great_circle_km, unit_vectors
-from xnp.models.bsa_tnp import with_bank_members, with_zero_inputs
+from xnp.models.bsa_tnp import with_bank_members, with_fit_members
 from xnp.models.config import BSATNPConfig
 from xnp.neural_process import NeuralProcess
 from xnp.train import TrainConfig, fit_step
@@ -570,8 +570,7 @@ def main() -> None:
         if cfg.gp_bank:  # zero inputs for the features of the members the start lacks
             start_params = with_bank_members(start_params, start.config.gp_bank, cfg)
         if cfg.gp_fit and not start.config.gp_fit:  # zero inputs after the bank's
-            offset = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank)
-            start_params = with_zero_inputs(start_params, offset, 3 * len(cfg.gp_fit))
+            start_params = with_fit_members(start_params, cfg)
         # the start's weights where it has them (all but a new prior key's, which stay
         # as initialised: gates at zero, so the predictions are the start's)
         own = dict(nnx.to_flat_state(params))

@@ -147,9 +147,7 @@ class BSATNP(nnx.Module):
     def __init__(self, config: BSATNPConfig, *, rngs: nnx.Rngs):
         cfg = self.config = config
         dtype = jnp.dtype(cfg.dtype)
-        d_s = (3 if cfg.spatial_bias == "great_circle" else cfg.dim_s) if cfg.embed_s else 0
-        d_in = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank) + 3 * len(cfg.gp_fit)
-        d_in += d_s + int(cfg.embed_t) + cfg.dim_y
+        d_in = point_inputs(cfg)
         self.obs_embed = nnx.Embed(2, cfg.dim_obs_embed, rngs=rngs)
         self.embed = MLP([d_in, *cfg.embed_hidden, cfg.dim_token], dtype=dtype, rngs=rngs)
         self.embed_norm = nnx.LayerNorm(cfg.dim_token, dtype=dtype, rngs=rngs)
@@ -310,6 +308,24 @@ class BSATNP(nnx.Module):
         return gaussian_nll(mean, std, y, targets.mask)
 
 
+def point_inputs(cfg: BSATNPConfig) -> int:
+    """Width of the point encoder's input.
+
+    In order: the flag embedding, the covariates, the GP bank's means and log stds,
+    the fitted members' means, log stds and evidence, the embedded coordinates, the
+    time, the value.
+
+    Examples
+    --------
+    >>> cfg = BSATNPConfig.tiny()
+    >>> point_inputs(cfg) == cfg.dim_obs_embed + cfg.dim_y
+    True
+    """
+    d_s = (3 if cfg.spatial_bias == "great_circle" else cfg.dim_s) if cfg.embed_s else 0
+    d_in = cfg.dim_obs_embed + cfg.dim_x + 2 * len(cfg.gp_bank) + 3 * len(cfg.gp_fit)
+    return d_in + d_s + int(cfg.embed_t) + cfg.dim_y
+
+
 def with_zero_inputs(params: Any, offset: int, count: int) -> Any:
     """A BSA-TNP's parameters with ``count`` new zero input channels at ``offset``.
 
@@ -373,6 +389,39 @@ def with_bank_members(params: Any, bank: tuple, config: BSATNPConfig) -> Any:
     offset = config.dim_obs_embed + config.dim_x
     params = with_zero_inputs(params, offset + old, new - old)  # after the old means
     return with_zero_inputs(params, offset + new + old, new - old)  # after the old log stds
+
+
+def with_fit_members(params: Any, config: BSATNPConfig) -> Any:
+    """Parameters of a BSA-TNP without fitted GP members, widened to ``config.gp_fit``.
+
+    The fitted members' features (mean, log std and evidence of each) enter the
+    point encoder after the bank's, so they get zero input rows there: the widened
+    model predicts as the one without them until training moves them.
+
+    Raises
+    ------
+    ConfigError
+        If ``params`` are not those of ``config`` without its fitted members.
+
+    Examples
+    --------
+    >>> plain = BSATNPConfig.tiny(gp_bank=(("rbf", 0.5, 0.01),))
+    >>> fitted = plain.replace(gp_fit=(("matern32", 0.01),))
+    >>> _, params = nnx.split(BSATNP(plain, rngs=nnx.Rngs(0)))
+    >>> rows = lambda p: p["embed"]["layers"][0]["kernel"].shape[0]
+    >>> rows(with_fit_members(params, fitted)) - rows(params)
+    3
+    """
+    offset = config.dim_obs_embed + config.dim_x + 2 * len(config.gp_bank)
+    rows, want = params["embed"]["layers"][0]["kernel"].shape[0], point_inputs(config)
+    if rows != want - 3 * len(config.gp_fit):
+        raise ConfigError(
+            f"these parameters take {rows} point inputs, not the "
+            f"{want - 3 * len(config.gp_fit)} of "
+            "this configuration without fitted members: widen the model they belong to "
+            "(its gp_bank and covariates as in the configuration, no gp_fit)."
+        )
+    return with_zero_inputs(params, offset, 3 * len(config.gp_fit))
 
 
 def describe(model: BSATNP) -> dict[str, Any]:
