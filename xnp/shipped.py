@@ -27,7 +27,7 @@ from xnp.neural_process import NeuralProcess, load
 
 __all__ = ["available_pretrained", "pretrained", "resolve_model"]
 
-DEFAULT = "gp-sphere-dense-bank"
+DEFAULT = "gp-sphere-cluster-bank"
 
 log = logging.getLogger(__name__)
 

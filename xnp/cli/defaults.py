@@ -17,7 +17,7 @@ __all__ = [
 #: Settings of ``xnp demo`` (small enough to finish in about a minute on two CPU cores).
 #: By default it fine-tunes the pretrained ``DEMO_START``; ``--from-scratch`` trains
 #: ``DEMO_MODEL`` from a random initialisation instead.
-DEMO_START = "gp-sphere-dense-bank"
+DEMO_START = "gp-sphere-cluster-bank"
 DEMO_FINE_TUNE_STEPS = 60
 DEMO_FINE_TUNE_LEARNING_RATE = 1e-4
 DEMO_STEPS = 400
