@@ -37,7 +37,12 @@ def test_every_shipped_model_is_small_and_zero_shot():
     from xnp.shipped import DEFAULT, _root
 
     names = xnp.available_pretrained()
-    assert {"gp-sphere", "gp-sphere-bank", "gp-sphere-dense-bank"} <= set(names)
+    assert {
+        "gp-sphere",
+        "gp-sphere-bank",
+        "gp-sphere-dense-bank",
+        "gp-sphere-cluster-bank",
+    } <= set(names)
     assert DEFAULT in names
     for name in names:
         files = list((_root() / name).glob("*"))
@@ -50,6 +55,11 @@ def test_every_shipped_model_is_small_and_zero_shot():
     dense = xnp.pretrained("gp-sphere-dense-bank").config.gp_bank
     assert dense[: len(small)] == small
     assert len(dense) == 26
+    # the clustered-design fine-tune is the dense bank's network and bank
+    assert (
+        xnp.pretrained("gp-sphere-cluster-bank").config
+        == xnp.pretrained("gp-sphere-dense-bank").config
+    )
 
 
 def test_pretrained_names_ignore_case(model):

@@ -6,7 +6,7 @@ predicts the region to be mapped, and an acquisition scores the result; the best
 candidate is kept and the next step starts from the context with it.  Candidates
 are tried in batches along the batch axis of one conditioning pass, so thousands
 of them per step stay fast.  A model with a GP bank (``gp-sphere-bank``,
-``gp-sphere-dense-bank``) does not refactor its bank for every candidate: the bank
+``gp-sphere-cluster-bank``) does not refactor its bank for every candidate: the bank
 is conditioned on the context once per batch and grown by a block update of its inverses
 (:meth:`xnp.models.bsa_tnp.BSATNP.condition_added`), the bank's lengthscales held at
 the context's (one site moves the context's spread by about ``1 / N`` of itself), so
