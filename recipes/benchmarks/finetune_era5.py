@@ -38,6 +38,13 @@ its fits): the same protocol and the same choice per kind of context, unchanged.
 calibration at the station cells (test RMSE 0.545 K, NLL 0.758, CRPS 0.309 K, 95 %
 coverage 0.963) and the uniform fine-tune without a trend for a random 10 % (0.537 K /
 0.381 / 0.245 K).
+
+The run from ``gp-sphere-cluster-bank``, the default since 2026-12-04 (rule written
+2026-12-04, before its fits): the same protocol and the same choice per kind of context
+as for the two runs above, nothing chosen again.  The ``gp-sphere-dense-bank`` run it
+replaces chose the clustered fine-tune with the plane and calibration at the station
+cells (test RMSE 0.555 K, NLL 0.744, CRPS 0.307 K) and the uniform fine-tune without a
+trend for a random 10 % (0.538 K / 0.416 / 0.247 K).
 """
 
 from __future__ import annotations
