@@ -58,9 +58,9 @@ sites): over the day before 0.448 / 0.426 / 0.415 K, space-filling 0.441 / 0.433
 at 10 sites only, so by the rule issue 30's goal is not met; the lazy greedy design on
 the first scored frame alone (0.448 / 0.429 / 0.408) beats space-filling at 10 and 20
 sites, but the rule judges the design over the day before.  The designs differ by less
-than 0.01 K where they differ at all: with the GP bank the model's std is close to a
-function of the distance to the nearest observations, which space-filling maximises
-directly.
+than 0.01 K where they differ at all.  A likely reason, not yet checked: where the
+model's std is mostly a function of the distance to the nearest observation, greedy by
+the mean std and maximin distance choose nearly the same sites.
 """
 
 from __future__ import annotations
