@@ -129,11 +129,13 @@ CASES = {"10 %": (0.1, 768, 256), "100 %": (1.0, 1024, 256)}
 
 
 def cache_label() -> str:
-    """Where the fits are cached, as the section names it (relative to the repository)."""
-    try:
-        return str(CACHE.resolve().relative_to(ROOT))
-    except ValueError:
-        return f"~/.cache/xnp/{CACHE.name}" if "XNP_BENCH_CACHE" not in os.environ else str(CACHE)
+    """Where the fits are cached, as the section names it: from the repository or ``~``."""
+    path = CACHE.resolve()
+    if path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    if path.is_relative_to(Path.home()):
+        return f"~/{path.relative_to(Path.home())}"
+    return str(path)
 
 
 def model_label(model: xnp.NeuralProcess | xnp.Ensemble) -> str:
